@@ -1,0 +1,213 @@
+//! Topic-level log configuration, with Kafka's names and defaults.
+
+use std::fmt;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimestampPolicy {
+    CreateTime,
+    LogAppendTime,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CleanupPolicy {
+    pub delete: bool,
+    pub compact: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogConfig {
+    pub segment_bytes: u64,
+    pub segment_ms: i64,
+    pub segment_index_bytes: u64,
+    pub index_interval_bytes: u64,
+    pub flush_messages: i64,
+    pub flush_ms: i64,
+    pub retention_ms: i64,
+    pub retention_bytes: i64,
+    pub cleanup_policy: CleanupPolicy,
+    pub delete_retention_ms: i64,
+    pub min_compaction_lag_ms: i64,
+    pub min_cleanable_dirty_ratio: f64,
+    pub max_message_bytes: usize,
+    pub message_timestamp_type: TimestampPolicy,
+    pub message_timestamp_before_max_ms: i64,
+    pub message_timestamp_after_max_ms: i64,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        Self {
+            segment_bytes: 1024 * 1024 * 1024,
+            segment_ms: 7 * 24 * 60 * 60 * 1000,
+            segment_index_bytes: 10 * 1024 * 1024,
+            index_interval_bytes: 4096,
+            flush_messages: i64::MAX,
+            flush_ms: i64::MAX,
+            retention_ms: 7 * 24 * 60 * 60 * 1000,
+            retention_bytes: -1,
+            cleanup_policy: CleanupPolicy {
+                delete: true,
+                compact: false,
+            },
+            delete_retention_ms: 24 * 60 * 60 * 1000,
+            min_compaction_lag_ms: 0,
+            min_cleanable_dirty_ratio: 0.5,
+            max_message_bytes: 1024 * 1024 + 12,
+            message_timestamp_type: TimestampPolicy::CreateTime,
+            message_timestamp_before_max_ms: i64::MAX,
+            // Kafka 4.0 (KIP-1030) bounds future timestamps to an hour by default.
+            message_timestamp_after_max_ms: 60 * 60 * 1000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub name: String,
+    pub reason: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid value for {}: {}", self.name, self.reason)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// The topic-level keys this log honours, as Kafka names them.
+pub const TOPIC_CONFIG_NAMES: &[&str] = &[
+    "segment.bytes",
+    "segment.ms",
+    "segment.index.bytes",
+    "index.interval.bytes",
+    "flush.messages",
+    "flush.ms",
+    "retention.ms",
+    "retention.bytes",
+    "cleanup.policy",
+    "delete.retention.ms",
+    "min.compaction.lag.ms",
+    "min.cleanable.dirty.ratio",
+    "max.message.bytes",
+    "message.timestamp.type",
+    "message.timestamp.before.max.ms",
+    "message.timestamp.after.max.ms",
+];
+
+fn parse_number<T: std::str::FromStr + PartialOrd + fmt::Display>(
+    name: &str,
+    value: &str,
+    min: T,
+) -> Result<T, ConfigError> {
+    let parsed: T = value.trim().parse().map_err(|_| ConfigError {
+        name: name.into(),
+        reason: format!("{value:?} is not a number"),
+    })?;
+    if parsed < min {
+        return Err(ConfigError {
+            name: name.into(),
+            reason: format!("{parsed} is below the minimum {min}"),
+        });
+    }
+    Ok(parsed)
+}
+
+impl LogConfig {
+    /// Sets one topic-level key. Unknown keys are an error here; the broker decides
+    /// which keys it forwards.
+    pub fn set(&mut self, name: &str, value: &str) -> Result<(), ConfigError> {
+        match name {
+            "segment.bytes" => self.segment_bytes = parse_number(name, value, 14)?,
+            "segment.ms" => self.segment_ms = parse_number(name, value, 1)?,
+            "segment.index.bytes" => self.segment_index_bytes = parse_number(name, value, 8)?,
+            "index.interval.bytes" => self.index_interval_bytes = parse_number(name, value, 0)?,
+            "flush.messages" => self.flush_messages = parse_number(name, value, 1)?,
+            "flush.ms" => self.flush_ms = parse_number(name, value, 0)?,
+            "retention.ms" => self.retention_ms = parse_number(name, value, -1)?,
+            "retention.bytes" => self.retention_bytes = parse_number(name, value, -1)?,
+            "cleanup.policy" => {
+                let mut policy = CleanupPolicy::default();
+                for part in value.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+                    match part {
+                        "delete" => policy.delete = true,
+                        "compact" => policy.compact = true,
+                        other => {
+                            return Err(ConfigError {
+                                name: name.into(),
+                                reason: format!("{other:?} is not one of [delete, compact]"),
+                            })
+                        }
+                    }
+                }
+                self.cleanup_policy = policy;
+            }
+            "delete.retention.ms" => self.delete_retention_ms = parse_number(name, value, 0)?,
+            "min.compaction.lag.ms" => self.min_compaction_lag_ms = parse_number(name, value, 0)?,
+            "min.cleanable.dirty.ratio" => {
+                let ratio: f64 = parse_number(name, value, 0.0)?;
+                if ratio > 1.0 {
+                    return Err(ConfigError {
+                        name: name.into(),
+                        reason: format!("{ratio} is above 1"),
+                    });
+                }
+                self.min_cleanable_dirty_ratio = ratio;
+            }
+            "max.message.bytes" => self.max_message_bytes = parse_number(name, value, 0)?,
+            "message.timestamp.type" => {
+                self.message_timestamp_type = match value.trim() {
+                    "CreateTime" => TimestampPolicy::CreateTime,
+                    "LogAppendTime" => TimestampPolicy::LogAppendTime,
+                    other => {
+                        return Err(ConfigError {
+                            name: name.into(),
+                            reason: format!("{other:?} is not CreateTime or LogAppendTime"),
+                        })
+                    }
+                }
+            }
+            "message.timestamp.before.max.ms" => {
+                self.message_timestamp_before_max_ms = parse_number(name, value, 0)?
+            }
+            "message.timestamp.after.max.ms" => {
+                self.message_timestamp_after_max_ms = parse_number(name, value, 0)?
+            }
+            _ => {
+                return Err(ConfigError {
+                    name: name.into(),
+                    reason: "unknown topic config".into(),
+                })
+            }
+        }
+        Ok(())
+    }
+
+    /// Entries a full `.index` holds.
+    pub fn max_index_entries(&self) -> usize {
+        (self.segment_index_bytes / 8) as usize
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kafka_names_set_fields_and_bad_values_name_the_key() {
+        let mut config = LogConfig::default();
+        config.set("cleanup.policy", "compact,delete").unwrap();
+        assert!(config.cleanup_policy.compact && config.cleanup_policy.delete);
+        config.set("segment.bytes", "1048576").unwrap();
+        assert_eq!(config.segment_bytes, 1 << 20);
+        let error = config.set("retention.ms", "soon").unwrap_err();
+        assert_eq!(error.name, "retention.ms");
+        assert!(config.set("message.timestamp.type", "Wallclock").is_err());
+        for name in TOPIC_CONFIG_NAMES {
+            assert!(
+                !matches!(config.set(name, "x"), Err(ConfigError { ref reason, .. }) if reason == "unknown topic config"),
+                "{name} not handled"
+            );
+        }
+    }
+}

@@ -1,0 +1,69 @@
+use std::fmt;
+
+/// Everything the log can refuse or fail with, each mapped to Kafka's error code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogError {
+    /// Framing, magic or CRC wrong: CORRUPT_MESSAGE (2).
+    CorruptMessage(String),
+    /// A well-framed batch whose records are not valid: INVALID_RECORD (87).
+    InvalidRecord(String),
+    /// A batch larger than `max.message.bytes`: MESSAGE_TOO_LARGE (10).
+    MessageTooLarge { size_bytes: usize, max_bytes: usize },
+    /// A timestamp outside `message.timestamp.{before,after}.max.ms`: INVALID_TIMESTAMP (32).
+    InvalidTimestamp(String),
+    /// A read outside `[log start, log end]`: OFFSET_OUT_OF_RANGE (1).
+    OffsetOutOfRange {
+        offset: i64,
+        log_start_offset: i64,
+        log_end_offset: i64,
+    },
+    /// An I/O error; the log directory is taken offline: KAFKA_STORAGE_ERROR (56).
+    KafkaStorage(String),
+}
+
+impl LogError {
+    pub fn kafka_error_code(&self) -> i16 {
+        match self {
+            LogError::OffsetOutOfRange { .. } => 1,
+            LogError::CorruptMessage(_) => 2,
+            LogError::MessageTooLarge { .. } => 10,
+            LogError::InvalidTimestamp(_) => 32,
+            LogError::KafkaStorage(_) => 56,
+            LogError::InvalidRecord(_) => 87,
+        }
+    }
+}
+
+impl fmt::Display for LogError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LogError::CorruptMessage(why) => write!(f, "corrupt message: {why}"),
+            LogError::InvalidRecord(why) => write!(f, "invalid record: {why}"),
+            LogError::MessageTooLarge {
+                size_bytes,
+                max_bytes,
+            } => write!(
+                f,
+                "batch of {size_bytes} bytes exceeds max.message.bytes {max_bytes}"
+            ),
+            LogError::InvalidTimestamp(why) => write!(f, "invalid timestamp: {why}"),
+            LogError::OffsetOutOfRange {
+                offset,
+                log_start_offset,
+                log_end_offset,
+            } => write!(
+                f,
+                "offset {offset} is outside [{log_start_offset}, {log_end_offset}]"
+            ),
+            LogError::KafkaStorage(why) => write!(f, "storage error: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for LogError {}
+
+impl From<std::io::Error> for LogError {
+    fn from(error: std::io::Error) -> Self {
+        LogError::KafkaStorage(error.to_string())
+    }
+}

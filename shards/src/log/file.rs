@@ -1,0 +1,119 @@
+//! Files of the log, read and written through the shard's io_uring (glommio's
+//! buffered files, so data lands in the page cache as with Kafka).
+
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use std::path::{Path, PathBuf};
+
+use glommio::io::{BufferedFile, OpenOptions, ReadResult};
+
+pub struct SegmentFile {
+    file: BufferedFile,
+    path: PathBuf,
+}
+
+fn to_io(error: glommio::GlommioError<()>) -> io::Error {
+    error.into()
+}
+
+impl SegmentFile {
+    /// Creates (or truncates) a file for writing and reading.
+    pub async fn create(path: &Path) -> io::Result<Self> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .buffered_open(path)
+            .await
+            .map_err(to_io)?;
+        Ok(Self {
+            file,
+            path: path.to_owned(),
+        })
+    }
+
+    /// Opens an existing file for writing and reading.
+    pub async fn open(path: &Path) -> io::Result<Self> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .buffered_open(path)
+            .await
+            .map_err(to_io)?;
+        Ok(Self {
+            file,
+            path: path.to_owned(),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Writes all of `buf` at `position`. A buffered write to a regular file only
+    /// comes back short when the disk is full, so a short write is an error.
+    pub async fn write_all_at(&self, buf: Vec<u8>, position: u64) -> io::Result<()> {
+        let len = buf.len();
+        let written = self.file.write_at(buf, position).await.map_err(to_io)?;
+        if written != len {
+            return Err(io::Error::new(
+                io::ErrorKind::WriteZero,
+                format!(
+                    "{}: wrote {written} of {len} bytes at {position}",
+                    self.path.display()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Reads up to `len` bytes at `position`; fewer at the end of the file.
+    pub async fn read_at(&self, position: u64, len: usize) -> io::Result<ReadResult> {
+        self.file.read_at(position, len).await.map_err(to_io)
+    }
+
+    /// Reads exactly `len` bytes at `position`, failing with UnexpectedEof.
+    pub async fn read_exact_at(&self, position: u64, len: usize) -> io::Result<ReadResult> {
+        let read = self.read_at(position, len).await?;
+        if read.len() != len {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!(
+                    "{}: wanted {len} bytes at {position}, read {}",
+                    self.path.display(),
+                    read.len()
+                ),
+            ));
+        }
+        Ok(read)
+    }
+
+    pub async fn size_bytes(&self) -> io::Result<u64> {
+        self.file.file_size().await.map_err(to_io)
+    }
+
+    pub async fn truncate(&self, size_bytes: u64) -> io::Result<()> {
+        self.file.truncate(size_bytes).await.map_err(to_io)
+    }
+
+    pub async fn fdatasync(&self) -> io::Result<()> {
+        self.file.fdatasync().await.map_err(to_io)
+    }
+
+    pub async fn rename(&mut self, new_path: &Path) -> io::Result<()> {
+        self.file.rename(new_path).await.map_err(to_io)?;
+        self.path = new_path.to_owned();
+        Ok(())
+    }
+
+    pub async fn remove(&self) -> io::Result<()> {
+        self.file.remove().await.map_err(to_io)
+    }
+}
+
+impl AsRawFd for SegmentFile {
+    fn as_raw_fd(&self) -> RawFd {
+        self.file.as_raw_fd()
+    }
+}

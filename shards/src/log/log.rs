@@ -1,0 +1,904 @@
+//! `Log`: one partition's log, a sorted set of `LogSegment`s of which the last is
+//! active. Owned by one shard; mutations are serialized by async locks, reads take
+//! a snapshot of the segment list and never wait on writers.
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use glommio::sync::Semaphore;
+use tracing::{info, warn};
+
+use super::checkpoint::run_blocking;
+use super::compression::decompress;
+use super::leader_epoch::LeaderEpochFileCache;
+use super::log_dirs::LogDirHealth;
+use super::record_batch::{
+    stamp_batch, validate_batch, AppendStamp, BatchIter, RecordBatchHeader, RecordIter,
+    TimestampType, RECORD_BATCH_OVERHEAD,
+};
+use super::segment::{
+    segment_file_path, AppendedBatch, FileSlice, LogSegment, CLEANED_FILE_SUFFIX,
+    INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX,
+};
+use super::{LogConfig, LogError, TimestampPolicy};
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TopicPartition {
+    pub topic: String,
+    pub partition: i32,
+}
+
+impl TopicPartition {
+    pub fn new(topic: impl Into<String>, partition: i32) -> Self {
+        Self {
+            topic: topic.into(),
+            partition,
+        }
+    }
+
+    /// Parses Kafka's partition directory name, `<topic>-<partition>`.
+    pub fn from_dir_name(name: &str) -> Option<Self> {
+        let (topic, partition) = name.rsplit_once('-')?;
+        if topic.is_empty() {
+            return None;
+        }
+        Some(Self::new(
+            topic,
+            partition.parse().ok().filter(|p: &i32| *p >= 0)?,
+        ))
+    }
+}
+
+impl fmt::Display for TopicPartition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}-{}", self.topic, self.partition)
+    }
+}
+
+/// What an append did, for the produce response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogAppendInfo {
+    pub first_offset: i64,
+    pub last_offset: i64,
+    pub max_timestamp: i64,
+    /// The broker's time for LogAppendTime topics, -1 otherwise.
+    pub log_append_time_ms: i64,
+    pub log_start_offset: i64,
+    pub records_count: i64,
+    pub batches: Vec<RecordBatchHeader>,
+}
+
+/// The result of a read: at most one segment's byte range, whole batches.
+#[derive(Debug, Clone)]
+pub struct FetchDataInfo {
+    pub fetch_offset: i64,
+    pub records: Option<FileSlice>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimestampAndOffset {
+    pub timestamp: i64,
+    pub offset: i64,
+    pub leader_epoch: i32,
+}
+
+pub struct LogOpenParams {
+    pub dir: PathBuf,
+    pub topic_partition: TopicPartition,
+    pub config: Rc<LogConfig>,
+    /// Offsets below this were flushed before the last shutdown.
+    pub recovery_point: i64,
+    /// The broker shut down cleanly last time: no recovery scan.
+    pub had_clean_shutdown: bool,
+    pub high_watermark: Option<i64>,
+    pub health: LogDirHealth,
+    pub now_ms: i64,
+}
+
+pub struct Log {
+    topic_partition: TopicPartition,
+    dir: PathBuf,
+    config: RefCell<Rc<LogConfig>>,
+    health: LogDirHealth,
+    segments: RefCell<BTreeMap<i64, Rc<LogSegment>>>,
+    log_start_offset: Cell<i64>,
+    log_end_offset: Cell<i64>,
+    high_watermark: Cell<i64>,
+    recovery_point: Cell<i64>,
+    unflushed_messages: Cell<i64>,
+    last_flush_ms: Cell<i64>,
+    /// First offset the cleaner has not yet deduplicated.
+    first_dirty_offset: Cell<i64>,
+    leader_epoch_cache: RefCell<LeaderEpochFileCache>,
+    /// Serializes appends, rolls and truncation.
+    append_lock: Semaphore,
+    /// Serializes the background work that replaces closed segments (retention,
+    /// cleaning, truncation), so it never blocks appends.
+    maintenance_lock: Semaphore,
+}
+
+impl Log {
+    pub async fn open(params: LogOpenParams) -> Result<Log, LogError> {
+        let LogOpenParams {
+            dir,
+            topic_partition,
+            config,
+            recovery_point,
+            had_clean_shutdown,
+            high_watermark,
+            health,
+            now_ms,
+        } = params;
+        health.check()?;
+        let result = Self::load(
+            &dir,
+            topic_partition,
+            config,
+            recovery_point,
+            had_clean_shutdown,
+            high_watermark,
+            health.clone(),
+            now_ms,
+        )
+        .await;
+        result.map_err(|error| health.on_error(error))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn load(
+        dir: &Path,
+        topic_partition: TopicPartition,
+        config: Rc<LogConfig>,
+        recovery_point: i64,
+        had_clean_shutdown: bool,
+        high_watermark: Option<i64>,
+        health: LogDirHealth,
+        now_ms: i64,
+    ) -> Result<Log, LogError> {
+        std::fs::create_dir_all(dir)?;
+        complete_interrupted_swaps(dir, &config, now_ms).await?;
+        let mut base_offsets = Vec::new();
+        for entry in std::fs::read_dir(dir)? {
+            let name = entry?.file_name().to_string_lossy().into_owned();
+            if let Some(base) = name
+                .strip_suffix(LOG_FILE_SUFFIX)
+                .and_then(|stem| stem.parse::<i64>().ok())
+            {
+                base_offsets.push(base);
+            }
+        }
+        base_offsets.sort_unstable();
+        let mut segments = BTreeMap::new();
+        let mut epochs_seen = Vec::new();
+        let mut next_expected = None;
+        let mut truncated_at = None;
+        for (i, &base) in base_offsets.iter().enumerate() {
+            if truncated_at.is_some() || next_expected.is_some_and(|next| base < next) {
+                // Data after a cut tail is unreachable; so is a segment that overlaps.
+                warn!(partition = %topic_partition, base, "deleting a segment after a truncated or overlapping one");
+                for suffix in [LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX] {
+                    let _ = std::fs::remove_file(segment_file_path(dir, base, suffix));
+                }
+                continue;
+            }
+            let next_base = base_offsets.get(i + 1).copied();
+            let recover = !had_clean_shutdown && next_base.is_none_or(|next| next > recovery_point);
+            let (segment, recovery) =
+                LogSegment::open(dir, base, "", &config, recover, now_ms).await?;
+            if let Some(recovery) = recovery {
+                if recovery.truncated_bytes > 0 {
+                    truncated_at = Some(segment.next_offset());
+                }
+                epochs_seen.extend(recovery.epochs);
+            }
+            next_expected = Some(segment.next_offset());
+            segments.insert(base, Rc::new(segment));
+        }
+        if segments.is_empty() {
+            let start = recovery_point.max(0);
+            segments.insert(
+                start,
+                Rc::new(LogSegment::create(dir, start, "", &config, now_ms).await?),
+            );
+        }
+        let log_start_offset = *segments.keys().next().unwrap();
+        let log_end_offset = segments.values().next_back().unwrap().next_offset();
+        let mut epoch_cache = LeaderEpochFileCache::load(dir)?;
+        let mut epochs_changed = false;
+        for (epoch, offset) in epochs_seen {
+            epochs_changed |= epoch_cache.assign(epoch, offset);
+        }
+        epochs_changed |= epoch_cache.truncate_from_end(log_end_offset);
+        epochs_changed |= epoch_cache.truncate_from_start(log_start_offset);
+        if epochs_changed {
+            epoch_cache.write()?;
+        }
+        let log = Log {
+            topic_partition,
+            dir: dir.to_owned(),
+            config: RefCell::new(config),
+            health,
+            segments: RefCell::new(segments),
+            log_start_offset: Cell::new(log_start_offset),
+            log_end_offset: Cell::new(log_end_offset),
+            high_watermark: Cell::new(
+                high_watermark
+                    .unwrap_or(log_start_offset)
+                    .clamp(log_start_offset, log_end_offset),
+            ),
+            recovery_point: Cell::new(recovery_point.min(log_end_offset)),
+            unflushed_messages: Cell::new(0),
+            last_flush_ms: Cell::new(now_ms),
+            first_dirty_offset: Cell::new(log_start_offset),
+            leader_epoch_cache: RefCell::new(epoch_cache),
+            append_lock: Semaphore::new(1),
+            maintenance_lock: Semaphore::new(1),
+        };
+        if !had_clean_shutdown {
+            // Everything was just validated up to the log end.
+            log.recovery_point.set(log_end_offset);
+        }
+        info!(
+            partition = %log.topic_partition,
+            log_start_offset, log_end_offset, segments = log.segments.borrow().len(),
+            "loaded log"
+        );
+        Ok(log)
+    }
+
+    pub fn topic_partition(&self) -> &TopicPartition {
+        &self.topic_partition
+    }
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+    pub fn config(&self) -> Rc<LogConfig> {
+        self.config.borrow().clone()
+    }
+    pub fn update_config(&self, config: Rc<LogConfig>) {
+        *self.config.borrow_mut() = config;
+    }
+    pub fn log_start_offset(&self) -> i64 {
+        self.log_start_offset.get()
+    }
+    /// The next offset to be written (LEO).
+    pub fn log_end_offset(&self) -> i64 {
+        self.log_end_offset.get()
+    }
+    pub fn high_watermark(&self) -> i64 {
+        self.high_watermark.get()
+    }
+    /// Moves the high watermark; it never passes the log end.
+    pub fn set_high_watermark(&self, offset: i64) {
+        self.high_watermark
+            .set(offset.clamp(self.log_start_offset(), self.log_end_offset()));
+    }
+    pub fn recovery_point(&self) -> i64 {
+        self.recovery_point.get()
+    }
+    pub fn first_dirty_offset(&self) -> i64 {
+        self.first_dirty_offset.get()
+    }
+    pub fn set_first_dirty_offset(&self, offset: i64) {
+        self.first_dirty_offset
+            .set(offset.max(self.log_start_offset()));
+    }
+    pub fn health(&self) -> &LogDirHealth {
+        &self.health
+    }
+    pub fn size_bytes(&self) -> u64 {
+        self.segments
+            .borrow()
+            .values()
+            .map(|s| s.size_bytes())
+            .sum()
+    }
+    pub fn segment_count(&self) -> usize {
+        self.segments.borrow().len()
+    }
+    pub fn segments(&self) -> Vec<Rc<LogSegment>> {
+        self.segments.borrow().values().cloned().collect()
+    }
+    pub fn active_segment(&self) -> Rc<LogSegment> {
+        self.segments.borrow().values().next_back().unwrap().clone()
+    }
+    pub fn latest_epoch(&self) -> Option<i32> {
+        self.leader_epoch_cache.borrow().latest_epoch()
+    }
+    pub fn end_offset_for_epoch(&self, epoch: i32) -> Option<(i32, i64)> {
+        self.leader_epoch_cache
+            .borrow()
+            .end_offset_for(epoch, self.log_end_offset())
+    }
+
+    /// Validates, stamps (offsets, leader epoch, LogAppendTime) and appends the
+    /// batches a leader received. Nothing of a request with a bad batch is written.
+    pub async fn append_as_leader(
+        &self,
+        mut records: Vec<u8>,
+        leader_epoch: i32,
+        now_ms: i64,
+    ) -> Result<LogAppendInfo, LogError> {
+        self.health.check()?;
+        let config = self.config();
+        let mut headers = validate_for_append(&records, &config, now_ms)?;
+        let _permit = self
+            .append_lock
+            .acquire_permit(1)
+            .await
+            .expect("lock closed");
+        let log_append_time_ms = match config.message_timestamp_type {
+            TimestampPolicy::LogAppendTime => Some(now_ms),
+            TimestampPolicy::CreateTime => None,
+        };
+        let first_offset = self.log_end_offset();
+        let mut next_offset = first_offset;
+        let mut position = 0usize;
+        let mut batches = Vec::with_capacity(headers.len());
+        let mut max_timestamp = -1;
+        for header in headers.iter_mut() {
+            let size = header.size_bytes();
+            stamp_batch(
+                &mut records[position..position + size],
+                &AppendStamp {
+                    base_offset: next_offset,
+                    partition_leader_epoch: leader_epoch,
+                    log_append_time_ms,
+                },
+            );
+            *header = RecordBatchHeader::parse(&records[position..])?;
+            max_timestamp = max_timestamp.max(header.max_timestamp);
+            batches.push(AppendedBatch {
+                position_in_buffer: position,
+                header: *header,
+            });
+            next_offset = header.next_offset();
+            position += size;
+        }
+        let last_offset = next_offset - 1;
+        let records_count = next_offset - first_offset;
+        self.append_locked(records, &batches, max_timestamp, last_offset, now_ms)
+            .await?;
+        let epoch_changed = self
+            .leader_epoch_cache
+            .borrow_mut()
+            .assign(leader_epoch, first_offset);
+        if epoch_changed {
+            self.write_leader_epoch_checkpoint().await?;
+        }
+        self.unflushed_messages
+            .set(self.unflushed_messages.get() + records_count);
+        if self.unflushed_messages.get() >= config.flush_messages {
+            self.flush().await?;
+        }
+        Ok(LogAppendInfo {
+            first_offset,
+            last_offset,
+            max_timestamp,
+            log_append_time_ms: log_append_time_ms.unwrap_or(-1),
+            log_start_offset: self.log_start_offset(),
+            records_count,
+            batches: headers,
+        })
+    }
+
+    async fn append_locked(
+        &self,
+        records: Vec<u8>,
+        batches: &[AppendedBatch],
+        max_timestamp: i64,
+        last_offset: i64,
+        now_ms: i64,
+    ) -> Result<(), LogError> {
+        let config = self.config();
+        let mut active = self.active_segment();
+        if active.should_roll(
+            &config,
+            records.len() as u64,
+            max_timestamp,
+            last_offset,
+            now_ms,
+        ) {
+            active = self.roll_locked(now_ms).await?;
+        }
+        let next_offset = batches.last().unwrap().header.next_offset();
+        active
+            .append(records, batches)
+            .await
+            .map_err(|error| self.health.on_error(error.into()))?;
+        self.log_end_offset.set(next_offset);
+        Ok(())
+    }
+
+    /// Starts a new active segment at the log end. The old one gets its final time
+    /// index entry and is flushed in the background, after which the recovery
+    /// point moves past it.
+    pub async fn roll(self: &Rc<Self>, now_ms: i64) -> Result<(), LogError> {
+        let _permit = self
+            .append_lock
+            .acquire_permit(1)
+            .await
+            .expect("lock closed");
+        self.roll_locked(now_ms).await?;
+        Ok(())
+    }
+
+    async fn roll_locked(&self, now_ms: i64) -> Result<Rc<LogSegment>, LogError> {
+        let old = self.active_segment();
+        let base = self.log_end_offset();
+        if old.base_offset() == base {
+            return Ok(old); // already empty at the log end
+        }
+        old.on_become_inactive()
+            .await
+            .map_err(|error| self.health.on_error(error.into()))?;
+        let segment = Rc::new(
+            LogSegment::create(&self.dir, base, "", &self.config(), now_ms)
+                .await
+                .map_err(|error| self.health.on_error(error.into()))?,
+        );
+        self.segments.borrow_mut().insert(base, segment.clone());
+        info!(partition = %self.topic_partition, base, "rolled a new segment");
+        let health = self.health.clone();
+        let recovery_point = old.next_offset();
+        glommio::spawn_local(async move {
+            if let Err(error) = old.flush().await {
+                health.on_error(error.into());
+            }
+        })
+        .detach();
+        // The flush above runs before anything else can flush this log's later
+        // offsets, so moving the recovery point here keeps it conservative enough:
+        // recovery also rescans a segment whose flush was lost.
+        self.recovery_point
+            .set(self.recovery_point().max(recovery_point.min(base)));
+        Ok(segment)
+    }
+
+    /// Flushes every segment holding unflushed offsets; the recovery point moves
+    /// to the log end as it was when the flush began.
+    pub async fn flush(&self) -> Result<(), LogError> {
+        let up_to = self.log_end_offset();
+        let segments: Vec<_> = self
+            .segments()
+            .into_iter()
+            .filter(|segment| {
+                segment.next_offset() > self.recovery_point()
+                    || segment.base_offset() >= self.recovery_point()
+            })
+            .collect();
+        for segment in segments {
+            segment
+                .flush()
+                .await
+                .map_err(|error| self.health.on_error(error.into()))?;
+        }
+        self.recovery_point.set(self.recovery_point().max(up_to));
+        self.unflushed_messages.set(0);
+        Ok(())
+    }
+
+    /// Flushes when `flush.ms` has passed since the last flush (the log flusher).
+    pub async fn maybe_flush_on_time(&self, now_ms: i64) -> Result<(), LogError> {
+        let config = self.config();
+        if self.unflushed_messages.get() > 0
+            && now_ms.saturating_sub(self.last_flush_ms.get()) >= config.flush_ms
+        {
+            self.flush().await?;
+            self.last_flush_ms.set(now_ms);
+        }
+        Ok(())
+    }
+
+    /// Reads whole batches from the one holding `fetch_offset`, below `max_offset`
+    /// (exclusive; the high watermark for consumers), at most `max_bytes` unless
+    /// the first batch is larger and `min_one_batch` is set.
+    pub async fn read(
+        &self,
+        fetch_offset: i64,
+        max_bytes: usize,
+        max_offset: i64,
+        min_one_batch: bool,
+    ) -> Result<FetchDataInfo, LogError> {
+        self.health.check()?;
+        let (log_start_offset, log_end_offset) = (self.log_start_offset(), self.log_end_offset());
+        if fetch_offset < log_start_offset || fetch_offset > log_end_offset {
+            return Err(LogError::OffsetOutOfRange {
+                offset: fetch_offset,
+                log_start_offset,
+                log_end_offset,
+            });
+        }
+        let empty = FetchDataInfo {
+            fetch_offset,
+            records: None,
+        };
+        let max_offset = max_offset.min(log_end_offset);
+        if fetch_offset >= max_offset {
+            return Ok(empty);
+        }
+        let candidates: Vec<Rc<LogSegment>> = {
+            let segments = self.segments.borrow();
+            let floor = segments
+                .range(..=fetch_offset)
+                .next_back()
+                .map_or(log_start_offset, |(base, _)| *base);
+            segments.range(floor..).map(|(_, s)| s.clone()).collect()
+        };
+        for segment in candidates {
+            if segment.base_offset() >= max_offset {
+                break;
+            }
+            let max_position = if max_offset >= segment.next_offset() {
+                segment.size_bytes()
+            } else {
+                match segment.translate_offset(max_offset).await {
+                    Ok(Some((position, _))) => position,
+                    Ok(None) => segment.size_bytes(),
+                    Err(error) => return Err(self.health.on_error(error.into())),
+                }
+            };
+            let slice = segment
+                .read(fetch_offset, max_bytes, max_position, min_one_batch)
+                .await
+                .map_err(|error| self.health.on_error(error.into()))?;
+            if slice.is_some() {
+                return Ok(FetchDataInfo {
+                    fetch_offset,
+                    records: slice,
+                });
+            }
+        }
+        Ok(empty)
+    }
+
+    /// ListOffsets by timestamp: the first record whose timestamp is at or after
+    /// `timestamp`, or None when every record is older.
+    pub async fn fetch_offset_by_timestamp(
+        &self,
+        timestamp: i64,
+    ) -> Result<Option<TimestampAndOffset>, LogError> {
+        self.health.check()?;
+        let start_offset = self.log_start_offset();
+        for segment in self.segments() {
+            let found = segment
+                .find_batch_by_timestamp(timestamp, start_offset)
+                .await
+                .map_err(|error| self.health.on_error(error.into()))?;
+            let Some((position, header)) = found else {
+                continue;
+            };
+            let batch = segment
+                .log_file()
+                .read_exact_at(position, header.size_bytes())
+                .await
+                .map_err(|error| self.health.on_error(error.into()))?;
+            return first_record_at_or_after(&batch, &header, timestamp, start_offset).map(Some);
+        }
+        Ok(None)
+    }
+
+    /// ListOffsets MAX_TIMESTAMP: the record holding the largest timestamp.
+    pub async fn fetch_offset_of_max_timestamp(
+        &self,
+    ) -> Result<Option<TimestampAndOffset>, LogError> {
+        let max = self
+            .segments()
+            .iter()
+            .map(|segment| segment.max_timestamp())
+            .max()
+            .unwrap_or(-1);
+        if max < 0 {
+            return Ok(None);
+        }
+        self.fetch_offset_by_timestamp(max).await
+    }
+
+    /// Deletes closed segments past `retention.ms` or beyond `retention.bytes`;
+    /// the active segment is never deleted. Returns how many went.
+    pub async fn delete_retained_segments(&self, now_ms: i64) -> Result<usize, LogError> {
+        self.health.check()?;
+        let config = self.config();
+        if !config.cleanup_policy.delete {
+            return Ok(0);
+        }
+        let _permit = self
+            .maintenance_lock
+            .acquire_permit(1)
+            .await
+            .expect("lock closed");
+        let segments = self.segments();
+        let closed = &segments[..segments.len() - 1];
+        let mut size_over = if config.retention_bytes >= 0 {
+            self.size_bytes() as i64 - config.retention_bytes
+        } else {
+            i64::MIN
+        };
+        let mut doomed = Vec::new();
+        for segment in closed {
+            let expired = config.retention_ms >= 0
+                && segment.max_timestamp() >= 0
+                && now_ms - segment.max_timestamp() > config.retention_ms;
+            let over_size = size_over >= segment.size_bytes() as i64;
+            if !(expired || over_size) {
+                break;
+            }
+            size_over -= segment.size_bytes() as i64;
+            doomed.push(segment.clone());
+        }
+        if doomed.is_empty() {
+            return Ok(0);
+        }
+        let new_start = segments[doomed.len()].base_offset();
+        {
+            let mut map = self.segments.borrow_mut();
+            for segment in &doomed {
+                map.remove(&segment.base_offset());
+            }
+        }
+        self.log_start_offset.set(new_start);
+        self.high_watermark
+            .set(self.high_watermark().max(new_start));
+        self.first_dirty_offset
+            .set(self.first_dirty_offset().max(new_start));
+        if self
+            .leader_epoch_cache
+            .borrow_mut()
+            .truncate_from_start(new_start)
+        {
+            self.write_leader_epoch_checkpoint().await?;
+        }
+        for segment in &doomed {
+            segment
+                .delete_files()
+                .await
+                .map_err(|error| self.health.on_error(error.into()))?;
+        }
+        info!(partition = %self.topic_partition, deleted = doomed.len(), log_start_offset = new_start, "retention deleted segments");
+        Ok(doomed.len())
+    }
+
+    /// Removes every batch at or after `offset` (a follower diverging from its
+    /// leader).
+    pub async fn truncate_to(&self, offset: i64) -> Result<(), LogError> {
+        self.health.check()?;
+        let _maintenance = self
+            .maintenance_lock
+            .acquire_permit(1)
+            .await
+            .expect("lock closed");
+        let _append = self
+            .append_lock
+            .acquire_permit(1)
+            .await
+            .expect("lock closed");
+        if offset >= self.log_end_offset() {
+            return Ok(());
+        }
+        let offset = offset.max(self.log_start_offset());
+        let later: Vec<Rc<LogSegment>> = {
+            let mut map = self.segments.borrow_mut();
+            let keys: Vec<i64> = map.range(offset..).map(|(base, _)| *base).collect();
+            let keeps_one = map.len() > keys.len();
+            keys.into_iter()
+                .filter(|base| *base > offset || keeps_one)
+                .filter_map(|base| map.remove(&base))
+                .collect()
+        };
+        for segment in &later {
+            segment
+                .delete_files()
+                .await
+                .map_err(|error| self.health.on_error(error.into()))?;
+        }
+        if self.segments.borrow().is_empty() {
+            let segment = LogSegment::create(&self.dir, offset, "", &self.config(), 0)
+                .await
+                .map_err(|error| self.health.on_error(error.into()))?;
+            self.segments.borrow_mut().insert(offset, Rc::new(segment));
+        }
+        let active = self.active_segment();
+        active
+            .truncate_to(offset)
+            .await
+            .map_err(|error| self.health.on_error(error.into()))?;
+        self.log_end_offset.set(active.next_offset());
+        self.high_watermark
+            .set(self.high_watermark().min(self.log_end_offset()));
+        self.recovery_point
+            .set(self.recovery_point().min(self.log_end_offset()));
+        self.first_dirty_offset
+            .set(self.first_dirty_offset().min(self.log_end_offset()));
+        if self
+            .leader_epoch_cache
+            .borrow_mut()
+            .truncate_from_end(self.log_end_offset())
+        {
+            self.write_leader_epoch_checkpoint().await?;
+        }
+        Ok(())
+    }
+
+    /// Replaces the closed segments in `old` (consecutive) with `new`, whose files
+    /// are already in place under their final names.
+    pub(super) fn replace_segments(&self, old: &[Rc<LogSegment>], new: Rc<LogSegment>) {
+        let mut map = self.segments.borrow_mut();
+        for segment in old {
+            map.remove(&segment.base_offset());
+        }
+        map.insert(new.base_offset(), new);
+    }
+
+    pub(super) async fn maintenance_permit(&self) -> glommio::sync::Permit<'_> {
+        self.maintenance_lock
+            .acquire_permit(1)
+            .await
+            .expect("lock closed")
+    }
+
+    async fn write_leader_epoch_checkpoint(&self) -> Result<(), LogError> {
+        let cache = self.leader_epoch_cache.borrow().clone();
+        run_blocking(move || cache.write())
+            .await
+            .map_err(|error| self.health.on_error(error.into()))
+    }
+
+    /// Flushes everything and leaves files ready for a clean restart.
+    pub async fn close(&self) -> Result<(), LogError> {
+        let _permit = self
+            .append_lock
+            .acquire_permit(1)
+            .await
+            .expect("lock closed");
+        self.flush().await
+    }
+}
+
+/// Validates every batch of a produce for the topic's config.
+fn validate_for_append(
+    records: &[u8],
+    config: &LogConfig,
+    now_ms: i64,
+) -> Result<Vec<RecordBatchHeader>, LogError> {
+    let mut headers = Vec::new();
+    let mut batches = BatchIter::new(records);
+    for batch in batches.by_ref() {
+        let (_, bytes) = batch?;
+        if bytes.len() > config.max_message_bytes {
+            return Err(LogError::MessageTooLarge {
+                size_bytes: bytes.len(),
+                max_bytes: config.max_message_bytes,
+            });
+        }
+        let header = validate_batch(bytes)?;
+        if config.cleanup_policy.compact && header.compression()? == super::CompressionType::None {
+            for record in RecordIter::new(&bytes[RECORD_BATCH_OVERHEAD..]) {
+                if record?.key.is_none() {
+                    return Err(LogError::InvalidRecord(
+                        "compacted topic cannot accept a record without a key".into(),
+                    ));
+                }
+            }
+        }
+        if config.message_timestamp_type == TimestampPolicy::CreateTime {
+            if header.max_timestamp > now_ms.saturating_add(config.message_timestamp_after_max_ms) {
+                return Err(LogError::InvalidTimestamp(format!(
+                    "timestamp {} is more than message.timestamp.after.max.ms ahead of the broker's clock",
+                    header.max_timestamp
+                )));
+            }
+            if header.base_timestamp >= 0
+                && header.base_timestamp
+                    < now_ms.saturating_sub(config.message_timestamp_before_max_ms)
+            {
+                return Err(LogError::InvalidTimestamp(format!(
+                    "timestamp {} is more than message.timestamp.before.max.ms behind the broker's clock",
+                    header.base_timestamp
+                )));
+            }
+        }
+        headers.push(header);
+    }
+    if headers.is_empty() {
+        return Err(LogError::InvalidRecord(
+            "a produce with no record batch".into(),
+        ));
+    }
+    Ok(headers)
+}
+
+/// Within one batch: the first record at or after `timestamp` (and at or after
+/// `start_offset`).
+fn first_record_at_or_after(
+    batch: &[u8],
+    header: &RecordBatchHeader,
+    timestamp: i64,
+    start_offset: i64,
+) -> Result<TimestampAndOffset, LogError> {
+    let whole_batch = TimestampAndOffset {
+        timestamp: header.max_timestamp,
+        offset: header.base_offset.max(start_offset),
+        leader_epoch: header.partition_leader_epoch,
+    };
+    if header.timestamp_type() == TimestampType::LogAppendTime {
+        return Ok(whole_batch);
+    }
+    let section = decompress(header.compression()?, &batch[RECORD_BATCH_OVERHEAD..])?;
+    for record in RecordIter::new(&section) {
+        let record = record?;
+        let record_timestamp = header.base_timestamp + record.timestamp_delta;
+        let offset = header.base_offset + record.offset_delta as i64;
+        if record_timestamp >= timestamp && offset >= start_offset {
+            return Ok(TimestampAndOffset {
+                timestamp: record_timestamp,
+                offset,
+                leader_epoch: header.partition_leader_epoch,
+            });
+        }
+    }
+    Ok(whole_batch)
+}
+
+/// Finishes a cleaner swap that a crash interrupted: a `.swap` segment replaces
+/// the segments its offsets cover; `.cleaned` leftovers are discarded.
+async fn complete_interrupted_swaps(
+    dir: &Path,
+    config: &LogConfig,
+    now_ms: i64,
+) -> Result<(), LogError> {
+    let mut swaps = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if name.ends_with(CLEANED_FILE_SUFFIX) || name.ends_with(".deleted") {
+            std::fs::remove_file(&path)?;
+        } else if let Some(stem) =
+            name.strip_suffix(&format!("{LOG_FILE_SUFFIX}{SWAP_FILE_SUFFIX}"))
+        {
+            if let Ok(base) = stem.parse::<i64>() {
+                swaps.push(base);
+            }
+        }
+    }
+    for base in swaps {
+        warn!(dir = %dir.display(), base, "completing an interrupted cleaner swap");
+        let (segment, _) =
+            LogSegment::open(dir, base, SWAP_FILE_SUFFIX, config, true, now_ms).await?;
+        let swap_end = segment.next_offset();
+        drop(segment);
+        for entry in std::fs::read_dir(dir)? {
+            let name = entry?.file_name().to_string_lossy().into_owned();
+            if let Some(old) = name
+                .strip_suffix(LOG_FILE_SUFFIX)
+                .and_then(|s| s.parse::<i64>().ok())
+            {
+                if old >= base && old < swap_end {
+                    for suffix in [LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX] {
+                        let _ = std::fs::remove_file(segment_file_path(dir, old, suffix));
+                    }
+                }
+            }
+        }
+        rename_segment_files(dir, base, SWAP_FILE_SUFFIX, "")?;
+    }
+    Ok(())
+}
+
+/// Renames a segment's three files from one suffix to another (`.cleaned` ->
+/// `.swap` -> final), the cleaner's crash-safe hand-over.
+pub(super) fn rename_segment_files(
+    dir: &Path,
+    base: i64,
+    from: &str,
+    to: &str,
+) -> std::io::Result<()> {
+    for suffix in [LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX] {
+        let path = segment_file_path(dir, base, suffix);
+        let with = |extra: &str| PathBuf::from(format!("{}{extra}", path.display()));
+        std::fs::rename(with(from), with(to))?;
+    }
+    Ok(())
+}

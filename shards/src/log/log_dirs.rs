@@ -1,0 +1,298 @@
+//! The broker's `log.dirs`, shared by every shard: which partitions live where,
+//! which directories are offline, and the per-directory checkpoint files
+//! (`recovery-point-offset-checkpoint`, `replication-offset-checkpoint`,
+//! `cleaner-offset-checkpoint`) and clean-shutdown marker.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tracing::{error, warn};
+
+use super::checkpoint::{read_checkpoint_file, write_checkpoint_file};
+use super::{LogError, TopicPartition};
+
+pub const RECOVERY_POINT_CHECKPOINT_FILE: &str = "recovery-point-offset-checkpoint";
+pub const REPLICATION_CHECKPOINT_FILE: &str = "replication-offset-checkpoint";
+pub const CLEANER_CHECKPOINT_FILE: &str = "cleaner-offset-checkpoint";
+pub const CLEAN_SHUTDOWN_FILE: &str = ".kafka_cleanshutdown";
+
+/// One log directory's health, shared by every log in it. The first I/O error
+/// takes the whole directory offline, as in Kafka; its partitions then answer
+/// KAFKA_STORAGE_ERROR while the rest of the broker keeps serving.
+#[derive(Clone, Debug)]
+pub struct LogDirHealth {
+    inner: Arc<LogDirHealthInner>,
+}
+
+#[derive(Debug)]
+struct LogDirHealthInner {
+    path: PathBuf,
+    offline: AtomicBool,
+}
+
+impl LogDirHealth {
+    pub fn new(path: &Path) -> Self {
+        Self {
+            inner: Arc::new(LogDirHealthInner {
+                path: path.to_owned(),
+                offline: AtomicBool::new(false),
+            }),
+        }
+    }
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+    pub fn is_offline(&self) -> bool {
+        self.inner.offline.load(Ordering::Acquire)
+    }
+    pub fn check(&self) -> Result<(), LogError> {
+        if self.is_offline() {
+            return Err(LogError::KafkaStorage(format!(
+                "log directory {} is offline",
+                self.path().display()
+            )));
+        }
+        Ok(())
+    }
+    /// Passes `error` through; a storage error takes the directory offline.
+    pub fn on_error(&self, error: LogError) -> LogError {
+        if matches!(error, LogError::KafkaStorage(_))
+            && !self.inner.offline.swap(true, Ordering::AcqRel)
+        {
+            error!(dir = %self.path().display(), %error, "log directory failed; taking it offline");
+        }
+        error
+    }
+}
+
+/// What the checkpoint files remember of one partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PartitionCheckpoint {
+    pub recovery_point: i64,
+    pub high_watermark: Option<i64>,
+    pub first_dirty_offset: Option<i64>,
+}
+
+#[derive(Debug, Default)]
+struct DirState {
+    partitions: BTreeMap<TopicPartition, PartitionCheckpoint>,
+}
+
+pub struct LogDir {
+    pub health: LogDirHealth,
+    pub had_clean_shutdown: bool,
+}
+
+pub struct LogDirs {
+    dirs: Vec<LogDir>,
+    state: Mutex<Vec<DirState>>,
+}
+
+impl LogDirs {
+    /// Opens every directory (creating it if needed), reads its checkpoints and
+    /// consumes its clean-shutdown marker. A directory that cannot be read starts
+    /// offline.
+    pub fn open(paths: &[PathBuf]) -> Arc<Self> {
+        assert!(
+            !paths.is_empty(),
+            "log.dirs must name at least one directory"
+        );
+        let mut dirs = Vec::new();
+        let mut states = Vec::new();
+        for path in paths {
+            let health = LogDirHealth::new(path);
+            match Self::open_dir(path) {
+                Ok((had_clean_shutdown, state)) => {
+                    dirs.push(LogDir {
+                        health,
+                        had_clean_shutdown,
+                    });
+                    states.push(state);
+                }
+                Err(error) => {
+                    warn!(dir = %path.display(), %error, "log directory unusable; starting it offline");
+                    health.on_error(error.into());
+                    dirs.push(LogDir {
+                        health,
+                        had_clean_shutdown: false,
+                    });
+                    states.push(DirState::default());
+                }
+            }
+        }
+        Arc::new(Self {
+            dirs,
+            state: Mutex::new(states),
+        })
+    }
+
+    fn open_dir(path: &Path) -> io::Result<(bool, DirState)> {
+        std::fs::create_dir_all(path)?;
+        let marker = path.join(CLEAN_SHUTDOWN_FILE);
+        let had_clean_shutdown = marker.exists();
+        if had_clean_shutdown {
+            std::fs::remove_file(&marker)?;
+        }
+        let mut state = DirState::default();
+        for entry in std::fs::read_dir(path)? {
+            let entry = entry?;
+            if !entry.file_type()?.is_dir() {
+                continue;
+            }
+            if let Some(tp) = TopicPartition::from_dir_name(&entry.file_name().to_string_lossy()) {
+                state.partitions.insert(tp, PartitionCheckpoint::default());
+            }
+        }
+        let read = |file: &str| -> io::Result<Vec<(TopicPartition, i64)>> {
+            let lines = read_checkpoint_file(&path.join(file))?.unwrap_or_default();
+            lines
+                .iter()
+                .map(|line| {
+                    let parts: Vec<&str> = line.split_whitespace().collect();
+                    match parts.as_slice() {
+                        [topic, partition, offset] => Ok((
+                            TopicPartition::new(*topic, partition.parse().map_err(bad_line)?),
+                            offset.parse().map_err(bad_line)?,
+                        )),
+                        _ => Err(bad_line(line)),
+                    }
+                })
+                .collect()
+        };
+        for (tp, offset) in read(RECOVERY_POINT_CHECKPOINT_FILE)? {
+            if let Some(checkpoint) = state.partitions.get_mut(&tp) {
+                checkpoint.recovery_point = offset;
+            }
+        }
+        for (tp, offset) in read(REPLICATION_CHECKPOINT_FILE)? {
+            if let Some(checkpoint) = state.partitions.get_mut(&tp) {
+                checkpoint.high_watermark = Some(offset);
+            }
+        }
+        for (tp, offset) in read(CLEANER_CHECKPOINT_FILE)? {
+            if let Some(checkpoint) = state.partitions.get_mut(&tp) {
+                checkpoint.first_dirty_offset = Some(offset);
+            }
+        }
+        Ok((had_clean_shutdown, state))
+    }
+
+    pub fn dirs(&self) -> &[LogDir] {
+        &self.dirs
+    }
+
+    /// Every partition found on disk, with the index of its directory.
+    pub fn partitions(&self) -> Vec<(usize, TopicPartition)> {
+        let state = self.state.lock().unwrap();
+        state
+            .iter()
+            .enumerate()
+            .flat_map(|(dir, s)| s.partitions.keys().map(move |tp| (dir, tp.clone())))
+            .collect()
+    }
+
+    pub fn find(&self, tp: &TopicPartition) -> Option<(usize, PartitionCheckpoint)> {
+        let state = self.state.lock().unwrap();
+        state
+            .iter()
+            .enumerate()
+            .find_map(|(dir, s)| s.partitions.get(tp).map(|c| (dir, *c)))
+    }
+
+    /// Places a new partition in the online directory holding the fewest.
+    pub fn assign_dir(&self, tp: &TopicPartition) -> Result<usize, LogError> {
+        if let Some((dir, _)) = self.find(tp) {
+            return Ok(dir);
+        }
+        let mut state = self.state.lock().unwrap();
+        let dir = (0..self.dirs.len())
+            .filter(|&i| !self.dirs[i].health.is_offline())
+            .min_by_key(|&i| state[i].partitions.len())
+            .ok_or_else(|| LogError::KafkaStorage("every log directory is offline".into()))?;
+        state[dir]
+            .partitions
+            .insert(tp.clone(), PartitionCheckpoint::default());
+        Ok(dir)
+    }
+
+    pub fn partition_dir(&self, dir: usize, tp: &TopicPartition) -> PathBuf {
+        self.dirs[dir].health.path().join(tp.to_string())
+    }
+
+    pub fn update(&self, tp: &TopicPartition, checkpoint: PartitionCheckpoint) {
+        let mut state = self.state.lock().unwrap();
+        if let Some(entry) = state.iter_mut().find_map(|s| s.partitions.get_mut(tp)) {
+            *entry = checkpoint;
+        }
+    }
+
+    pub fn remove(&self, tp: &TopicPartition) {
+        let mut state = self.state.lock().unwrap();
+        for s in state.iter_mut() {
+            s.partitions.remove(tp);
+        }
+    }
+
+    /// Writes every online directory's checkpoint files.
+    pub fn write_checkpoints(&self) -> io::Result<()> {
+        let snapshot: Vec<BTreeMap<TopicPartition, PartitionCheckpoint>> = {
+            let state = self.state.lock().unwrap();
+            state.iter().map(|s| s.partitions.clone()).collect()
+        };
+        for (dir, partitions) in self.dirs.iter().zip(snapshot) {
+            if dir.health.is_offline() {
+                continue;
+            }
+            let path = dir.health.path();
+            let lines = |pick: &dyn Fn(&PartitionCheckpoint) -> Option<i64>| -> Vec<String> {
+                partitions
+                    .iter()
+                    .filter_map(|(tp, c)| {
+                        pick(c).map(|o| format!("{} {} {o}", tp.topic, tp.partition))
+                    })
+                    .collect()
+            };
+            let result = write_checkpoint_file(
+                &path.join(RECOVERY_POINT_CHECKPOINT_FILE),
+                &lines(&|c| Some(c.recovery_point)),
+            )
+            .and_then(|_| {
+                write_checkpoint_file(
+                    &path.join(REPLICATION_CHECKPOINT_FILE),
+                    &lines(&|c| c.high_watermark),
+                )
+            })
+            .and_then(|_| {
+                write_checkpoint_file(
+                    &path.join(CLEANER_CHECKPOINT_FILE),
+                    &lines(&|c| c.first_dirty_offset),
+                )
+            });
+            if let Err(error) = result {
+                dir.health.on_error(error.into());
+            }
+        }
+        Ok(())
+    }
+
+    /// Leaves the marker that lets the next start skip recovery. Only after every
+    /// log is flushed and the checkpoints are written.
+    pub fn mark_clean_shutdown(&self) -> io::Result<()> {
+        for dir in &self.dirs {
+            if !dir.health.is_offline() {
+                std::fs::write(dir.health.path().join(CLEAN_SHUTDOWN_FILE), b"")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn bad_line(what: impl std::fmt::Display) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("bad checkpoint entry: {what}"),
+    )
+}

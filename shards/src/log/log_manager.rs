@@ -1,0 +1,227 @@
+//! A shard's `LogManager`: the logs this shard owns, and the background work on
+//! them (retention, cleaning, time-based flushes, checkpoint publication).
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::warn;
+
+use super::checkpoint::run_blocking;
+use super::log_dirs::{LogDirs, PartitionCheckpoint};
+use super::{wall_clock_ms, Log, LogConfig, LogError, LogOpenParams, TopicPartition};
+
+/// Broker-level settings of the log layer, with Kafka's names in the comments.
+#[derive(Debug, Clone)]
+pub struct LogManagerConfig {
+    /// `log.retention.check.interval.ms`
+    pub retention_check_interval_ms: u64,
+    /// `log.flush.scheduler.interval.ms` (Kafka's default never runs it)
+    pub flush_scheduler_interval_ms: u64,
+    /// `log.flush.offset.checkpoint.interval.ms`
+    pub flush_offset_checkpoint_interval_ms: u64,
+    /// `log.cleaner.enable`
+    pub cleaner_enable: bool,
+    /// `log.cleaner.backoff.ms`
+    pub cleaner_backoff_ms: u64,
+    /// `log.cleaner.dedupe.buffer.size`
+    pub cleaner_dedupe_buffer_bytes: usize,
+}
+
+impl Default for LogManagerConfig {
+    fn default() -> Self {
+        Self {
+            retention_check_interval_ms: 300_000,
+            flush_scheduler_interval_ms: i64::MAX as u64,
+            flush_offset_checkpoint_interval_ms: 60_000,
+            cleaner_enable: true,
+            cleaner_backoff_ms: 15_000,
+            cleaner_dedupe_buffer_bytes: 128 * 1024 * 1024,
+        }
+    }
+}
+
+pub struct LogManager {
+    shard_id: usize,
+    dirs: Arc<LogDirs>,
+    config: LogManagerConfig,
+    logs: RefCell<BTreeMap<TopicPartition, Rc<Log>>>,
+    stopping: Cell<bool>,
+}
+
+impl LogManager {
+    pub fn new(shard_id: usize, dirs: Arc<LogDirs>, config: LogManagerConfig) -> Rc<Self> {
+        Rc::new(Self {
+            shard_id,
+            dirs,
+            config,
+            logs: RefCell::new(BTreeMap::new()),
+            stopping: Cell::new(false),
+        })
+    }
+
+    pub fn dirs(&self) -> &Arc<LogDirs> {
+        &self.dirs
+    }
+
+    pub fn get_log(&self, tp: &TopicPartition) -> Option<Rc<Log>> {
+        self.logs.borrow().get(tp).cloned()
+    }
+
+    pub fn logs(&self) -> Vec<Rc<Log>> {
+        self.logs.borrow().values().cloned().collect()
+    }
+
+    /// Opens the partition's log where it lives, or creates it in the directory
+    /// with the fewest partitions.
+    pub async fn get_or_create_log(
+        &self,
+        tp: &TopicPartition,
+        log_config: Rc<LogConfig>,
+    ) -> Result<Rc<Log>, LogError> {
+        if let Some(log) = self.get_log(tp) {
+            return Ok(log);
+        }
+        let dir = self.dirs.assign_dir(tp)?;
+        let checkpoint = self.dirs.find(tp).map(|(_, c)| c).unwrap_or_default();
+        let health = self.dirs.dirs()[dir].health.clone();
+        let log = Log::open(LogOpenParams {
+            dir: self.dirs.partition_dir(dir, tp),
+            topic_partition: tp.clone(),
+            config: log_config,
+            recovery_point: checkpoint.recovery_point,
+            had_clean_shutdown: self.dirs.dirs()[dir].had_clean_shutdown,
+            high_watermark: checkpoint.high_watermark,
+            health,
+            now_ms: wall_clock_ms(),
+        })
+        .await?;
+        if let Some(first_dirty) = checkpoint.first_dirty_offset {
+            log.set_first_dirty_offset(first_dirty);
+        }
+        let log = Rc::new(log);
+        // Another task may have opened it meanwhile; keep the first.
+        let log = self
+            .logs
+            .borrow_mut()
+            .entry(tp.clone())
+            .or_insert(log)
+            .clone();
+        Ok(log)
+    }
+
+    /// Removes the partition and its directory.
+    pub async fn delete_log(&self, tp: &TopicPartition) -> Result<(), LogError> {
+        let Some(log) = self.logs.borrow_mut().remove(tp) else {
+            return Ok(());
+        };
+        self.dirs.remove(tp);
+        let dir = log.dir().to_owned();
+        let health = log.health().clone();
+        run_blocking(move || std::fs::remove_dir_all(dir))
+            .await
+            .map_err(|error| health.on_error(error.into()))
+    }
+
+    /// Hands each log's recovery point, high watermark and cleaner position to
+    /// the shared checkpoint table.
+    pub fn publish_checkpoints(&self) {
+        for log in self.logs() {
+            self.dirs.update(
+                log.topic_partition(),
+                PartitionCheckpoint {
+                    recovery_point: log.recovery_point(),
+                    high_watermark: Some(log.high_watermark()),
+                    first_dirty_offset: Some(log.first_dirty_offset()),
+                },
+            );
+        }
+    }
+
+    pub async fn retention_pass(&self, now_ms: i64) {
+        for log in self.logs() {
+            if let Err(error) = log.delete_retained_segments(now_ms).await {
+                warn!(partition = %log.topic_partition(), %error, "retention failed");
+            }
+        }
+    }
+
+    pub async fn cleaner_pass(&self, now_ms: i64) {
+        for log in self.logs() {
+            if let Err(error) = log
+                .clean(now_ms, self.config.cleaner_dedupe_buffer_bytes)
+                .await
+            {
+                warn!(partition = %log.topic_partition(), %error, "cleaning failed");
+            }
+        }
+    }
+
+    pub async fn flush_pass(&self, now_ms: i64) {
+        for log in self.logs() {
+            if let Err(error) = log.maybe_flush_on_time(now_ms).await {
+                warn!(partition = %log.topic_partition(), %error, "flush failed");
+            }
+        }
+    }
+
+    /// Starts the periodic tasks. Shard 0 also writes the checkpoint files.
+    pub fn start_background_tasks(self: &Rc<Self>) {
+        self.spawn_periodic(self.config.retention_check_interval_ms, |m| {
+            Box::pin(async move { m.retention_pass(wall_clock_ms()).await })
+        });
+        if self.config.cleaner_enable {
+            self.spawn_periodic(self.config.cleaner_backoff_ms, |m| {
+                Box::pin(async move { m.cleaner_pass(wall_clock_ms()).await })
+            });
+        }
+        self.spawn_periodic(self.config.flush_scheduler_interval_ms, |m| {
+            Box::pin(async move { m.flush_pass(wall_clock_ms()).await })
+        });
+        self.spawn_periodic(self.config.flush_offset_checkpoint_interval_ms, |m| {
+            Box::pin(async move {
+                m.publish_checkpoints();
+                if m.shard_id == 0 {
+                    let dirs = m.dirs.clone();
+                    if let Err(error) = run_blocking(move || dirs.write_checkpoints()).await {
+                        warn!(%error, "writing checkpoints failed");
+                    }
+                }
+            })
+        });
+    }
+
+    fn spawn_periodic(
+        self: &Rc<Self>,
+        interval_ms: u64,
+        work: fn(Rc<Self>) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>,
+    ) {
+        let manager = self.clone();
+        glommio::spawn_local(async move {
+            // Kafka's "never" (Long.MAX_VALUE) sleeps for a year at a time.
+            let interval = Duration::from_millis(interval_ms.clamp(10, 365 * 24 * 3_600_000));
+            while !manager.stopping.get() {
+                glommio::timer::sleep(interval).await;
+                if manager.stopping.get() {
+                    break;
+                }
+                work(manager.clone()).await;
+            }
+        })
+        .detach();
+    }
+
+    /// Stops background work, flushes every log and publishes final checkpoints.
+    /// The caller writes them and the clean-shutdown marker once every shard is done.
+    pub async fn shutdown(&self) {
+        self.stopping.set(true);
+        for log in self.logs() {
+            if let Err(error) = log.close().await {
+                warn!(partition = %log.topic_partition(), %error, "closing log failed");
+            }
+        }
+        self.publish_checkpoints();
+    }
+}

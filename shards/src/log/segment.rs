@@ -1,0 +1,719 @@
+//! One segment of a partition log: `<base>.log` with its `.index` and `.timeindex`.
+
+use std::cell::{Cell, RefCell};
+use std::io;
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use tracing::warn;
+
+use super::file::SegmentFile;
+use super::index::{IndexWrite, OffsetIndex, OffsetPosition, TimeIndex, TimestampOffset};
+use super::record_batch::{validate_batch, RecordBatchHeader, NO_TIMESTAMP, RECORD_BATCH_OVERHEAD};
+use super::LogConfig;
+
+pub const LOG_FILE_SUFFIX: &str = ".log";
+pub const INDEX_FILE_SUFFIX: &str = ".index";
+pub const TIME_INDEX_FILE_SUFFIX: &str = ".timeindex";
+/// Suffix of a segment being written by the cleaner, not yet part of the log.
+pub const CLEANED_FILE_SUFFIX: &str = ".cleaned";
+/// Suffix of a cleaned segment about to replace the segments it was made from.
+pub const SWAP_FILE_SUFFIX: &str = ".swap";
+
+/// Bytes read at a time when walking batch headers.
+const HEADER_SCAN_CHUNK_BYTES: usize = 16 * 1024;
+/// Bytes read at a time when validating whole batches during recovery.
+const RECOVERY_CHUNK_BYTES: usize = 1024 * 1024;
+
+/// `<dir>/<20-digit base offset><suffix>`, Kafka's naming.
+pub fn segment_file_path(dir: &Path, base_offset: i64, suffix: &str) -> PathBuf {
+    dir.join(format!("{base_offset:020}{suffix}"))
+}
+
+/// A segment file under a stage suffix (`""`, `.cleaned` or `.swap`).
+fn staged_path(dir: &Path, base_offset: i64, suffix: &str, stage: &str) -> PathBuf {
+    dir.join(format!("{base_offset:020}{suffix}{stage}"))
+}
+
+/// A batch inside a buffer being appended: where it starts in the buffer and its
+/// (already stamped) header.
+#[derive(Debug, Clone, Copy)]
+pub struct AppendedBatch {
+    pub position_in_buffer: usize,
+    pub header: RecordBatchHeader,
+}
+
+/// A byte range of a segment file, served to fetchers without decoding
+/// (sendfile-style). Holding it keeps the file open even if retention deletes it.
+#[derive(Clone)]
+pub struct FileSlice {
+    pub file: Rc<SegmentFile>,
+    pub position: u64,
+    pub size_bytes: usize,
+}
+
+impl FileSlice {
+    pub async fn read(&self) -> io::Result<Vec<u8>> {
+        Ok(self
+            .file
+            .read_exact_at(self.position, self.size_bytes)
+            .await?
+            .to_vec())
+    }
+}
+
+impl std::fmt::Debug for FileSlice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "FileSlice({}@{}+{})",
+            self.file.path().display(),
+            self.position,
+            self.size_bytes
+        )
+    }
+}
+
+/// What a full scan of a segment found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SegmentRecovery {
+    pub valid_bytes: u64,
+    pub truncated_bytes: u64,
+    /// (leader epoch, base offset) of every batch, in order, for the epoch cache.
+    pub epochs: Vec<(i32, i64)>,
+}
+
+pub struct LogSegment {
+    base_offset: i64,
+    dir: PathBuf,
+    log: Rc<SegmentFile>,
+    offset_index: RefCell<OffsetIndex>,
+    time_index: RefCell<TimeIndex>,
+    size_bytes: Cell<u64>,
+    next_offset: Cell<i64>,
+    bytes_since_last_index_entry: Cell<u64>,
+    max_timestamp_so_far: Cell<TimestampOffset>,
+    /// Max timestamp of the first batch, which `segment.ms` rolls count from.
+    rolling_based_timestamp: Cell<Option<i64>>,
+    created_ms: i64,
+    index_interval_bytes: u64,
+}
+
+const NO_MAX_TIMESTAMP: TimestampOffset = TimestampOffset {
+    timestamp: NO_TIMESTAMP,
+    offset: -1,
+};
+
+impl LogSegment {
+    /// Creates an empty segment; `stage` is `""` for a segment of the log or a
+    /// suffix for one the cleaner is still writing.
+    pub async fn create(
+        dir: &Path,
+        base_offset: i64,
+        stage: &str,
+        config: &LogConfig,
+        now_ms: i64,
+    ) -> io::Result<Self> {
+        let log =
+            SegmentFile::create(&staged_path(dir, base_offset, LOG_FILE_SUFFIX, stage)).await?;
+        let offset_index = OffsetIndex::create(
+            &staged_path(dir, base_offset, INDEX_FILE_SUFFIX, stage),
+            base_offset,
+            config.max_index_entries(),
+        )
+        .await?;
+        let time_index = TimeIndex::create(
+            &staged_path(dir, base_offset, TIME_INDEX_FILE_SUFFIX, stage),
+            base_offset,
+            (config.segment_index_bytes / 12) as usize,
+        )
+        .await?;
+        Ok(Self::assemble(
+            dir,
+            base_offset,
+            log,
+            offset_index,
+            time_index,
+            config,
+            now_ms,
+        ))
+    }
+
+    fn assemble(
+        dir: &Path,
+        base_offset: i64,
+        log: SegmentFile,
+        offset_index: OffsetIndex,
+        time_index: TimeIndex,
+        config: &LogConfig,
+        now_ms: i64,
+    ) -> Self {
+        Self {
+            base_offset,
+            dir: dir.to_owned(),
+            log: Rc::new(log),
+            offset_index: RefCell::new(offset_index),
+            time_index: RefCell::new(time_index),
+            size_bytes: Cell::new(0),
+            next_offset: Cell::new(base_offset),
+            bytes_since_last_index_entry: Cell::new(0),
+            max_timestamp_so_far: Cell::new(NO_MAX_TIMESTAMP),
+            rolling_based_timestamp: Cell::new(None),
+            created_ms: now_ms,
+            index_interval_bytes: config.index_interval_bytes,
+        }
+    }
+
+    /// Opens an existing segment. With `recover` set (or when an index is missing or
+    /// fails its sanity check) every batch is validated and the indexes rebuilt;
+    /// otherwise the indexes are trusted and only the tail after the last index
+    /// entry is walked to find the next offset.
+    pub async fn open(
+        dir: &Path,
+        base_offset: i64,
+        stage: &str,
+        config: &LogConfig,
+        recover: bool,
+        now_ms: i64,
+    ) -> io::Result<(Self, Option<SegmentRecovery>)> {
+        let log_path = staged_path(dir, base_offset, LOG_FILE_SUFFIX, stage);
+        let log = SegmentFile::open(&log_path).await?;
+        let log_size = log.size_bytes().await?;
+        let index_path = staged_path(dir, base_offset, INDEX_FILE_SUFFIX, stage);
+        let time_index_path = staged_path(dir, base_offset, TIME_INDEX_FILE_SUFFIX, stage);
+        let max_entries = config.max_index_entries();
+        let max_time_entries = (config.segment_index_bytes / 12) as usize;
+        let offset_index = match OffsetIndex::open(&index_path, base_offset, max_entries).await {
+            Ok(Some(index)) if index.is_sane(log_size) => Some(index),
+            Ok(_) => None,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => None,
+            Err(error) => return Err(error),
+        };
+        let time_index =
+            match TimeIndex::open(&time_index_path, base_offset, max_time_entries).await {
+                Ok(Some(index)) => Some(index),
+                Ok(None) => None,
+                Err(error) if error.kind() == io::ErrorKind::NotFound => None,
+                Err(error) => return Err(error),
+            };
+        let needs_rebuild = offset_index.is_none() || time_index.is_none();
+        if needs_rebuild && !recover {
+            warn!(segment = %log_path.display(), "missing or corrupt index; rebuilding it");
+        }
+        let offset_index = match offset_index {
+            Some(index) => index,
+            None => OffsetIndex::create(&index_path, base_offset, max_entries).await?,
+        };
+        let time_index = match time_index {
+            Some(index) => index,
+            None => TimeIndex::create(&time_index_path, base_offset, max_time_entries).await?,
+        };
+        let segment = Self::assemble(
+            dir,
+            base_offset,
+            log,
+            offset_index,
+            time_index,
+            config,
+            now_ms,
+        );
+        segment.size_bytes.set(log_size);
+        if recover || needs_rebuild {
+            let recovery = segment.recover().await?;
+            return Ok((segment, Some(recovery)));
+        }
+        segment.load_tail_state().await?;
+        if !segment.time_index.borrow().is_sane(segment.next_offset()) {
+            warn!(segment = %log_path.display(), "time index fails its sanity check; rebuilding");
+            let recovery = segment.recover().await?;
+            return Ok((segment, Some(recovery)));
+        }
+        Ok((segment, None))
+    }
+
+    /// For a trusted segment: finds the next offset by walking headers from the last
+    /// index entry, and takes the max timestamp from the time index.
+    async fn load_tail_state(&self) -> io::Result<()> {
+        let start = self.offset_index.borrow().last().map_or(0, |e| e.position);
+        let mut next_offset = self.base_offset;
+        let mut last_position = start as u64;
+        let mut tail_max = NO_MAX_TIMESTAMP;
+        self.scan_headers(start as u64, self.size_bytes(), |position, header| {
+            next_offset = header.next_offset();
+            last_position = position + header.size_bytes() as u64;
+            if header.max_timestamp > tail_max.timestamp {
+                tail_max = TimestampOffset {
+                    timestamp: header.max_timestamp,
+                    offset: header.last_offset(),
+                };
+            }
+            ControlFlow::Continue(())
+        })
+        .await?;
+        if last_position != self.size_bytes() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{}: batches end at {last_position}, file is {} bytes",
+                    self.log.path().display(),
+                    self.size_bytes()
+                ),
+            ));
+        }
+        self.next_offset.set(next_offset);
+        let indexed_max = self.time_index.borrow().last().unwrap_or(NO_MAX_TIMESTAMP);
+        self.max_timestamp_so_far
+            .set(if tail_max.timestamp > indexed_max.timestamp {
+                tail_max
+            } else {
+                indexed_max
+            });
+        Ok(())
+    }
+
+    pub fn base_offset(&self) -> i64 {
+        self.base_offset
+    }
+    /// One past the last offset stored here (the base offset when empty).
+    pub fn next_offset(&self) -> i64 {
+        self.next_offset.get()
+    }
+    pub fn size_bytes(&self) -> u64 {
+        self.size_bytes.get()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.size_bytes() == 0
+    }
+    pub fn max_timestamp(&self) -> i64 {
+        self.max_timestamp_so_far.get().timestamp
+    }
+    pub fn max_timestamp_and_offset(&self) -> TimestampOffset {
+        self.max_timestamp_so_far.get()
+    }
+    pub fn log_file(&self) -> &Rc<SegmentFile> {
+        &self.log
+    }
+    pub fn offset_index_entries(&self) -> Vec<OffsetPosition> {
+        self.offset_index.borrow().entries().to_vec()
+    }
+    pub fn time_index_entries(&self) -> Vec<TimestampOffset> {
+        self.time_index.borrow().entries().to_vec()
+    }
+
+    /// Kafka's roll test for an append of `size_bytes` ending at `last_offset`
+    /// with largest timestamp `max_timestamp`.
+    pub fn should_roll(
+        &self,
+        config: &LogConfig,
+        size_bytes: u64,
+        max_timestamp: i64,
+        last_offset: i64,
+        now_ms: i64,
+    ) -> bool {
+        if self.is_empty() {
+            return false;
+        }
+        let waited_ms = match self.rolling_based_timestamp.get() {
+            Some(first) if first >= 0 && max_timestamp >= 0 => max_timestamp - first,
+            _ => now_ms - self.created_ms,
+        };
+        self.size_bytes() + size_bytes > config.segment_bytes
+            || waited_ms > config.segment_ms
+            || self.offset_index.borrow().is_full()
+            || self.time_index.borrow().is_full()
+            || last_offset - self.base_offset > i32::MAX as i64
+    }
+
+    /// Appends stamped batches (one write), indexing a batch whenever more than
+    /// `index.interval.bytes` were written since the last entry.
+    pub async fn append(&self, records: Vec<u8>, batches: &[AppendedBatch]) -> io::Result<()> {
+        assert!(!batches.is_empty());
+        let start = self.size_bytes();
+        let len = records.len() as u64;
+        let mut index_writes: Vec<IndexWrite> = Vec::new();
+        for batch in batches {
+            let header = &batch.header;
+            assert!(
+                header.base_offset >= self.next_offset(),
+                "offsets go backwards"
+            );
+            if self.rolling_based_timestamp.get().is_none() {
+                self.rolling_based_timestamp.set(Some(header.max_timestamp));
+            }
+            if header.max_timestamp > self.max_timestamp() {
+                self.max_timestamp_so_far.set(TimestampOffset {
+                    timestamp: header.max_timestamp,
+                    offset: header.last_offset(),
+                });
+            }
+            if self.bytes_since_last_index_entry.get() > self.index_interval_bytes {
+                let position = (start + batch.position_in_buffer as u64) as u32;
+                index_writes.push(self.offset_index.borrow_mut().push(OffsetPosition {
+                    offset: header.last_offset(),
+                    position,
+                }));
+                index_writes.extend(
+                    self.time_index
+                        .borrow_mut()
+                        .maybe_push(self.max_timestamp_and_offset()),
+                );
+                self.bytes_since_last_index_entry.set(0);
+            }
+            self.bytes_since_last_index_entry
+                .set(self.bytes_since_last_index_entry.get() + header.size_bytes() as u64);
+            self.next_offset.set(header.next_offset());
+        }
+        self.size_bytes.set(start + len);
+        self.log.write_all_at(records, start).await?;
+        for write in index_writes {
+            write.apply().await?;
+        }
+        Ok(())
+    }
+
+    /// Adds the final time index entry when the segment stops being active.
+    pub async fn on_become_inactive(&self) -> io::Result<()> {
+        let max = self.max_timestamp_and_offset();
+        if max.timestamp == NO_TIMESTAMP {
+            return Ok(());
+        }
+        let write = self.time_index.borrow_mut().maybe_push(max);
+        if let Some(write) = write {
+            write.apply().await?;
+        }
+        Ok(())
+    }
+
+    pub async fn flush(&self) -> io::Result<()> {
+        self.log.fdatasync().await?;
+        let offset_file = self.offset_index.borrow().file().clone();
+        let time_file = self.time_index.borrow().file().clone();
+        offset_file.fdatasync().await?;
+        time_file.fdatasync().await
+    }
+
+    /// Walks batch headers in `[start, end)`, calling `visit(position, header)`.
+    /// Stops quietly at a header that is torn or runs past `end`.
+    pub async fn scan_headers(
+        &self,
+        start: u64,
+        end: u64,
+        mut visit: impl FnMut(u64, &RecordBatchHeader) -> ControlFlow<()>,
+    ) -> io::Result<()> {
+        let mut window = ReadWindow::new(HEADER_SCAN_CHUNK_BYTES);
+        let mut position = start;
+        while position + RECORD_BATCH_OVERHEAD as u64 <= end {
+            let bytes = window
+                .bytes(&self.log, position, RECORD_BATCH_OVERHEAD, end - position)
+                .await?;
+            let Ok(header) = RecordBatchHeader::parse(bytes) else {
+                return Ok(());
+            };
+            if position + header.size_bytes() as u64 > end {
+                return Ok(());
+            }
+            if visit(position, &header).is_break() {
+                return Ok(());
+            }
+            position += header.size_bytes() as u64;
+        }
+        Ok(())
+    }
+
+    /// The first batch whose last offset is at or past `target`, with its position.
+    pub async fn translate_offset(
+        &self,
+        target: i64,
+    ) -> io::Result<Option<(u64, RecordBatchHeader)>> {
+        if target >= self.next_offset() {
+            return Ok(None);
+        }
+        let start = self.offset_index.borrow().lookup(target).position as u64;
+        let mut found = None;
+        self.scan_headers(start, self.size_bytes(), |position, header| {
+            if header.last_offset() >= target {
+                found = Some((position, *header));
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        })
+        .await?;
+        Ok(found)
+    }
+
+    /// Whole batches from the one holding `start_offset`, ending at or before
+    /// `max_position`, at most `max_bytes` unless the first batch alone is larger
+    /// and `min_one_batch` is set.
+    pub async fn read(
+        &self,
+        start_offset: i64,
+        max_bytes: usize,
+        max_position: u64,
+        min_one_batch: bool,
+    ) -> io::Result<Option<FileSlice>> {
+        let Some((start, first)) = self.translate_offset(start_offset).await? else {
+            return Ok(None);
+        };
+        let limit = max_position.min(self.size_bytes());
+        if start >= limit {
+            return Ok(None);
+        }
+        let budget_end = (start + max_bytes as u64).min(limit);
+        let mut end = start;
+        if budget_end == limit {
+            end = limit;
+        } else {
+            let scan_from = self
+                .offset_index
+                .borrow()
+                .lookup_by_position(budget_end as u32)
+                .map_or(start, |entry| (entry.position as u64).max(start));
+            end = end.max(scan_from);
+            self.scan_headers(scan_from, budget_end, |position, header| {
+                end = position + header.size_bytes() as u64;
+                ControlFlow::Continue(())
+            })
+            .await?;
+        }
+        if end == start {
+            if !min_one_batch {
+                return Ok(None);
+            }
+            end = start + first.size_bytes() as u64;
+        }
+        Ok(Some(FileSlice {
+            file: self.log.clone(),
+            position: start,
+            size_bytes: (end - start) as usize,
+        }))
+    }
+
+    /// The first batch from `start_offset` on whose max timestamp reaches `timestamp`.
+    pub async fn find_batch_by_timestamp(
+        &self,
+        timestamp: i64,
+        start_offset: i64,
+    ) -> io::Result<Option<(u64, RecordBatchHeader)>> {
+        if self.max_timestamp() < timestamp {
+            return Ok(None);
+        }
+        let from_offset = self
+            .time_index
+            .borrow()
+            .lookup(timestamp)
+            .map_or(self.base_offset, |entry| entry.offset)
+            .max(start_offset);
+        let start = self.offset_index.borrow().lookup(from_offset).position as u64;
+        let mut found = None;
+        self.scan_headers(start, self.size_bytes(), |position, header| {
+            if header.max_timestamp >= timestamp && header.last_offset() >= start_offset {
+                found = Some((position, *header));
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        })
+        .await?;
+        Ok(found)
+    }
+
+    /// Validates every batch from the start, rebuilds both indexes, and cuts the
+    /// file at the first batch that is torn or corrupt.
+    pub async fn recover(&self) -> io::Result<SegmentRecovery> {
+        self.offset_index.borrow_mut().clear();
+        self.time_index.borrow_mut().clear();
+        self.next_offset.set(self.base_offset);
+        self.max_timestamp_so_far.set(NO_MAX_TIMESTAMP);
+        self.rolling_based_timestamp.set(None);
+        self.bytes_since_last_index_entry.set(0);
+        let file_size = self.log.size_bytes().await?;
+        self.size_bytes.set(file_size);
+        let mut reader = self.batches();
+        let mut position = 0u64;
+        let mut epochs = Vec::new();
+        let mut index_writes = Vec::new();
+        while let Some((header, batch)) = reader.next().await? {
+            if validate_batch(batch).is_err() || header.base_offset < self.next_offset() {
+                break;
+            }
+            let size = header.size_bytes();
+            if header.max_timestamp > self.max_timestamp() {
+                self.max_timestamp_so_far.set(TimestampOffset {
+                    timestamp: header.max_timestamp,
+                    offset: header.last_offset(),
+                });
+            }
+            if self.rolling_based_timestamp.get().is_none() {
+                self.rolling_based_timestamp.set(Some(header.max_timestamp));
+            }
+            if self.bytes_since_last_index_entry.get() > self.index_interval_bytes {
+                index_writes.push(self.offset_index.borrow_mut().push(OffsetPosition {
+                    offset: header.last_offset(),
+                    position: position as u32,
+                }));
+                index_writes.extend(
+                    self.time_index
+                        .borrow_mut()
+                        .maybe_push(self.max_timestamp_and_offset()),
+                );
+                self.bytes_since_last_index_entry.set(0);
+            }
+            self.bytes_since_last_index_entry
+                .set(self.bytes_since_last_index_entry.get() + size as u64);
+            self.next_offset.set(header.next_offset());
+            epochs.push((header.partition_leader_epoch, header.base_offset));
+            position += size as u64;
+        }
+        let valid_bytes = position;
+        let offset_file = self.offset_index.borrow().file().clone();
+        let time_file = self.time_index.borrow().file().clone();
+        offset_file.truncate(0).await?;
+        time_file.truncate(0).await?;
+        for write in index_writes {
+            write.apply().await?;
+        }
+        let truncated_bytes = file_size - valid_bytes;
+        if truncated_bytes > 0 {
+            warn!(
+                segment = %self.log.path().display(),
+                valid_bytes, truncated_bytes, "truncating an invalid or torn tail"
+            );
+            self.log.truncate(valid_bytes).await?;
+        }
+        self.size_bytes.set(valid_bytes);
+        Ok(SegmentRecovery {
+            valid_bytes,
+            truncated_bytes,
+            epochs,
+        })
+    }
+
+    /// Drops every batch at or after `offset`; returns the bytes removed.
+    pub async fn truncate_to(&self, offset: i64) -> io::Result<u64> {
+        let Some((position, _)) = self.translate_offset(offset).await? else {
+            return Ok(0);
+        };
+        // Batches are whole: `offset` falls on the first batch we drop.
+        let removed = self.size_bytes() - position;
+        let index_size = self.offset_index.borrow_mut().truncate_from_offset(offset);
+        let time_size = self.time_index.borrow_mut().truncate_from_offset(offset);
+        let offset_file = self.offset_index.borrow().file().clone();
+        let time_file = self.time_index.borrow().file().clone();
+        offset_file.truncate(index_size).await?;
+        time_file.truncate(time_size).await?;
+        self.log.truncate(position).await?;
+        self.size_bytes.set(position);
+        // Recompute what the removed batches contributed.
+        self.next_offset.set(self.base_offset);
+        self.max_timestamp_so_far
+            .set(self.time_index.borrow().last().unwrap_or(NO_MAX_TIMESTAMP));
+        self.bytes_since_last_index_entry.set(0);
+        if position == 0 {
+            self.rolling_based_timestamp.set(None);
+        }
+        self.load_tail_state().await?;
+        Ok(removed)
+    }
+
+    /// Deletes the segment's files.
+    pub async fn delete_files(&self) -> io::Result<()> {
+        self.log.remove().await?;
+        let offset_file = self.offset_index.borrow().file().clone();
+        let time_file = self.time_index.borrow().file().clone();
+        for file in [offset_file, time_file] {
+            match file.remove().await {
+                Err(error) if error.kind() != io::ErrorKind::NotFound => return Err(error),
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Every batch of the segment, in order.
+    pub fn batches(&self) -> BatchReader<'_> {
+        BatchReader {
+            segment: self,
+            window: ReadWindow::new(RECOVERY_CHUNK_BYTES),
+            position: 0,
+        }
+    }
+}
+
+/// Reads a segment's batches in order, each whole, from large sequential reads.
+/// Stops at the end or at the first batch that cannot be framed (a torn tail).
+pub struct BatchReader<'a> {
+    segment: &'a LogSegment,
+    window: ReadWindow,
+    position: u64,
+}
+
+impl BatchReader<'_> {
+    pub async fn next(&mut self) -> io::Result<Option<(RecordBatchHeader, &[u8])>> {
+        let remaining = self.segment.size_bytes() - self.position;
+        if remaining < RECORD_BATCH_OVERHEAD as u64 {
+            return Ok(None);
+        }
+        let file = &self.segment.log;
+        let header_bytes = self
+            .window
+            .bytes(file, self.position, RECORD_BATCH_OVERHEAD, remaining)
+            .await?;
+        let Ok(header) = RecordBatchHeader::parse(header_bytes) else {
+            return Ok(None);
+        };
+        if header.size_bytes() as u64 > remaining {
+            return Ok(None);
+        }
+        let position = self.position;
+        self.position += header.size_bytes() as u64;
+        let batch = self
+            .window
+            .bytes(file, position, header.size_bytes(), remaining)
+            .await?;
+        Ok(Some((header, batch)))
+    }
+}
+
+/// A buffered window over a file for sequential scans: serves byte ranges from
+/// one large read and rereads only when a range leaves the window.
+struct ReadWindow {
+    chunk_bytes: usize,
+    start: u64,
+    bytes: Option<glommio::io::ReadResult>,
+}
+
+impl ReadWindow {
+    fn new(chunk_bytes: usize) -> Self {
+        Self {
+            chunk_bytes,
+            start: 0,
+            bytes: None,
+        }
+    }
+
+    /// `len` bytes at `position`; `remaining` is what the file holds from there.
+    async fn bytes(
+        &mut self,
+        file: &SegmentFile,
+        position: u64,
+        len: usize,
+        remaining: u64,
+    ) -> io::Result<&[u8]> {
+        let covered = self.bytes.as_ref().is_some_and(|bytes| {
+            position >= self.start && position + len as u64 <= self.start + bytes.len() as u64
+        });
+        if !covered {
+            let want = (len as u64).max(remaining.min(self.chunk_bytes as u64)) as usize;
+            self.bytes = Some(file.read_exact_at(position, want).await?);
+            self.start = position;
+        }
+        let at = (position - self.start) as usize;
+        Ok(&self.bytes.as_ref().unwrap()[at..at + len])
+    }
+}

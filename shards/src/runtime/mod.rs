@@ -1,0 +1,167 @@
+//! The shard runtime: one glommio executor per configured core, pinned, each
+//! owning its partitions outright; a bounded channel mesh between them.
+
+mod mesh;
+mod placement;
+
+use std::future::Future;
+use std::io;
+
+use glommio::{ExecutorJoinHandle, LocalExecutor, LocalExecutorBuilder, Placement};
+use tracing::warn;
+
+pub use mesh::{build_mesh, Job, MeshEnds, MeshError, ShardMesh};
+pub use placement::{ShardPlacement, SHARD_PLACEMENT_FILE};
+
+/// Memory each executor registers with io_uring for its buffers.
+pub const DEFAULT_IO_MEMORY_BYTES: usize = 2 * 1024 * 1024;
+
+#[derive(Debug, Clone)]
+pub struct ShardRuntimeConfig {
+    /// CPU ids to pin shards to, one shard each.
+    pub cores: Vec<usize>,
+    pub io_memory_bytes: usize,
+    /// Jobs that may wait in each shard-to-shard channel.
+    pub mesh_channel_capacity: usize,
+    /// Forwarded jobs a shard runs at once.
+    pub max_in_flight_mesh_jobs: usize,
+}
+
+impl ShardRuntimeConfig {
+    pub fn for_cores(cores: Vec<usize>) -> Self {
+        Self {
+            cores,
+            io_memory_bytes: DEFAULT_IO_MEMORY_BYTES,
+            mesh_channel_capacity: 1024,
+            max_in_flight_mesh_jobs: 4096,
+        }
+    }
+}
+
+/// What a shard starts with: its id and its unconnected mesh ends.
+pub struct ShardStart<S: 'static> {
+    pub shard_id: usize,
+    pub nr_shards: usize,
+    pub mesh: MeshEnds<S>,
+}
+
+/// glommio locks its io_uring buffers in memory; lift RLIMIT_MEMLOCK so that
+/// works under a small `ulimit -l` (root may raise the hard limit too).
+pub fn raise_memlock_limit() {
+    let unlimited = libc::rlimit {
+        rlim_cur: libc::RLIM_INFINITY,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: setrlimit reads a valid, initialized struct.
+    if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited) } != 0 {
+        warn!(
+            error = %io::Error::last_os_error(),
+            "cannot raise RLIMIT_MEMLOCK; io_uring buffers must fit `ulimit -l`"
+        );
+    }
+}
+
+/// Starts one pinned executor per configured core, each running `init`.
+pub fn spawn_shards<S, Init, Fut, R>(
+    config: &ShardRuntimeConfig,
+    init: Init,
+) -> io::Result<Vec<ExecutorJoinHandle<R>>>
+where
+    S: 'static,
+    Init: FnOnce(ShardStart<S>) -> Fut + Send + Clone + 'static,
+    Fut: Future<Output = R> + 'static,
+    R: Send + 'static,
+{
+    assert!(!config.cores.is_empty(), "at least one shard");
+    raise_memlock_limit();
+    let nr_shards = config.cores.len();
+    let mut handles = Vec::with_capacity(nr_shards);
+    for (shard_id, mesh) in build_mesh::<S>(nr_shards, config.mesh_channel_capacity)
+        .into_iter()
+        .enumerate()
+    {
+        let init = init.clone();
+        let handle = LocalExecutorBuilder::new(Placement::Fixed(config.cores[shard_id]))
+            .name(&format!("shard-{shard_id}"))
+            .io_memory(config.io_memory_bytes)
+            .spawn(move || {
+                init(ShardStart {
+                    shard_id,
+                    nr_shards,
+                    mesh,
+                })
+            })
+            .map_err(|error| io::Error::other(error.to_string()))?;
+        handles.push(handle);
+    }
+    Ok(handles)
+}
+
+/// An unpinned executor for tools and tests that drive the log directly.
+pub fn local_executor() -> LocalExecutor {
+    raise_memlock_limit();
+    LocalExecutorBuilder::new(Placement::Unbound)
+        .io_memory(DEFAULT_IO_MEMORY_BYTES)
+        .make()
+        .expect("cannot start a glommio executor")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::rc::Rc;
+
+    struct Counter {
+        shard_id: usize,
+    }
+
+    #[test]
+    fn shards_answer_each_other_over_the_mesh() {
+        let config = ShardRuntimeConfig {
+            cores: vec![0, 0, 0],
+            io_memory_bytes: 256 * 1024,
+            mesh_channel_capacity: 2,
+            max_in_flight_mesh_jobs: 4,
+        };
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(3));
+        let handles = spawn_shards::<Counter, _, _, Vec<usize>>(
+            &config,
+            move |start: ShardStart<Counter>| {
+                let barrier = barrier.clone();
+                async move {
+                    let state = Rc::new(Counter {
+                        shard_id: start.shard_id,
+                    });
+                    let mesh = start.mesh.connect(state.clone(), 4).await;
+                    // More calls than the channels hold, so backpressure is exercised.
+                    let mut answers = Vec::new();
+                    for i in 0..30 {
+                        let target = i % start.nr_shards;
+                        let from = start.shard_id;
+                        answers.push(
+                            mesh.invoke_on(target, &state, move |s: Rc<Counter>| async move {
+                                s.shard_id * 1000 + from
+                            })
+                            .await
+                            .unwrap(),
+                        );
+                    }
+                    // Keep serving peers until every shard has its answers.
+                    glommio::executor()
+                        .spawn_blocking(move || {
+                            barrier.wait();
+                        })
+                        .await;
+                    answers
+                }
+            },
+        )
+        .unwrap();
+        for (shard_id, handle) in handles.into_iter().enumerate() {
+            let answers = handle.join().unwrap();
+            for (i, answer) in answers.into_iter().enumerate() {
+                assert_eq!(answer, (i % 3) * 1000 + shard_id);
+            }
+        }
+    }
+}

@@ -1,0 +1,93 @@
+//! Helpers shared by the log's integration tests.
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::rc::Rc;
+
+use shards::log::record_batch::{BatchIter, RecordBatchBuilder, RecordIter, RECORD_BATCH_OVERHEAD};
+use shards::log::{Log, LogConfig, LogDirHealth, LogOpenParams, TopicPartition};
+
+pub fn run<T>(future: impl std::future::Future<Output = T>) -> T {
+    shards::runtime::local_executor().run(future)
+}
+
+/// One uncompressed batch of `count` records keyed `key-<first+i>`, values of
+/// `value_bytes` bytes, all at `timestamp`.
+pub fn batch(first: usize, count: usize, value_bytes: usize, timestamp: i64) -> Vec<u8> {
+    let mut builder = RecordBatchBuilder::new(0, timestamp);
+    for i in first..first + count {
+        let key = format!("key-{i}");
+        let value = vec![(i % 251) as u8; value_bytes];
+        builder.append(timestamp, Some(key.as_bytes()), Some(&value));
+    }
+    builder.build()
+}
+
+pub fn keyed_batch(records: &[(&str, Option<&str>)], timestamp: i64) -> Vec<u8> {
+    let mut builder = RecordBatchBuilder::new(0, timestamp);
+    for (key, value) in records {
+        builder.append(timestamp, Some(key.as_bytes()), value.map(str::as_bytes));
+    }
+    builder.build()
+}
+
+pub async fn open_log(dir: &Path, config: LogConfig, recovery_point: i64, clean: bool) -> Log {
+    Log::open(LogOpenParams {
+        dir: dir.join("topic-0"),
+        topic_partition: TopicPartition::new("topic", 0),
+        config: Rc::new(config),
+        recovery_point,
+        had_clean_shutdown: clean,
+        high_watermark: None,
+        health: LogDirHealth::new(dir),
+        now_ms: 1_000,
+    })
+    .await
+    .expect("open log")
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredRecord {
+    pub offset: i64,
+    pub key: Option<Vec<u8>>,
+    pub value: Option<Vec<u8>>,
+}
+
+/// Every record the log returns from its start to its end, checking that reads
+/// only ever return whole, valid batches at increasing offsets.
+pub async fn read_all(log: &Log) -> Vec<StoredRecord> {
+    let mut records = Vec::new();
+    let mut offset = log.log_start_offset();
+    while offset < log.log_end_offset() {
+        let info = log
+            .read(offset, 64 * 1024, log.log_end_offset(), true)
+            .await
+            .expect("read");
+        let Some(slice) = info.records else { break };
+        let bytes = slice.read().await.unwrap();
+        let mut iter = BatchIter::new(&bytes);
+        for batch in iter.by_ref() {
+            let (header, raw) = batch.expect("whole batches");
+            shards::log::record_batch::validate_batch(raw).expect("valid batch");
+            assert!(header.last_offset() >= offset, "read went backwards");
+            for record in RecordIter::new(&raw[RECORD_BATCH_OVERHEAD..]) {
+                let record = record.unwrap();
+                let record_offset = header.base_offset + record.offset_delta as i64;
+                if record_offset >= offset {
+                    records.push(StoredRecord {
+                        offset: record_offset,
+                        key: record.key.map(<[u8]>::to_vec),
+                        value: record.value.map(<[u8]>::to_vec),
+                    });
+                }
+            }
+            offset = header.next_offset();
+        }
+        assert_eq!(
+            iter.position(),
+            bytes.len(),
+            "a read returned a partial batch"
+        );
+    }
+    records
+}

@@ -1,0 +1,379 @@
+//! The partition log against real files: append, read, roll, retention,
+//! compaction, timestamps, recovery.
+
+mod common;
+
+use std::fs;
+
+use common::*;
+use shards::log::record_batch::CRC_OFFSET;
+use shards::log::{segment_file_path, LogConfig, LogError, TimestampPolicy, LOG_FILE_SUFFIX};
+
+fn small_segments() -> LogConfig {
+    let mut config = LogConfig::default();
+    config.set("segment.bytes", "20000").unwrap();
+    config.set("index.interval.bytes", "1000").unwrap();
+    config
+}
+
+#[test]
+fn appends_assign_offsets_and_reads_return_whole_batches() {
+    let dir = tempfile::tempdir().unwrap();
+    run(async {
+        let log = open_log(dir.path(), small_segments(), 0, false).await;
+        for i in 0..50 {
+            let info = log
+                .append_as_leader(batch(i * 10, 10, 100, 5_000), 3, 5_000)
+                .await
+                .unwrap();
+            assert_eq!(info.first_offset, i as i64 * 10);
+            assert_eq!(info.last_offset, i as i64 * 10 + 9);
+        }
+        assert_eq!(log.log_end_offset(), 500);
+        assert!(log.segment_count() > 3, "segment.bytes rolls segments");
+        let records = read_all(&log).await;
+        assert_eq!(records.len(), 500);
+        for (i, record) in records.iter().enumerate() {
+            assert_eq!(record.offset, i as i64);
+            assert_eq!(record.key.as_deref(), Some(format!("key-{i}").as_bytes()));
+        }
+        // A read from the middle of a batch starts at that batch.
+        let info = log.read(255, 1, 500, true).await.unwrap();
+        let bytes = info.records.unwrap().read().await.unwrap();
+        assert_eq!(i64::from_be_bytes(bytes[0..8].try_into().unwrap()), 250);
+        // Without min_one_batch a budget smaller than a batch returns nothing.
+        assert!(log
+            .read(255, 1, 500, false)
+            .await
+            .unwrap()
+            .records
+            .is_none());
+        // The upper bound (a high watermark) hides later batches.
+        let info = log.read(0, 1 << 20, 20, true).await.unwrap();
+        let bytes = info.records.unwrap().read().await.unwrap();
+        let last_base = {
+            let mut iter = shards::log::record_batch::BatchIter::new(&bytes);
+            iter.by_ref()
+                .map(|b| b.unwrap().0.base_offset)
+                .last()
+                .unwrap()
+        };
+        assert_eq!(last_base, 10);
+        assert!(matches!(
+            log.read(501, 100, 500, true).await,
+            Err(LogError::OffsetOutOfRange { .. })
+        ));
+        // Kafka's file names.
+        for segment in log.segments() {
+            assert!(segment_file_path(log.dir(), segment.base_offset(), LOG_FILE_SUFFIX).exists());
+        }
+        assert!(log.dir().join("00000000000000000000.index").exists());
+        assert!(log.dir().join("00000000000000000000.timeindex").exists());
+        let checkpoint = fs::read_to_string(log.dir().join("leader-epoch-checkpoint")).unwrap();
+        assert_eq!(checkpoint, "0\n1\n3 0\n");
+    });
+}
+
+#[test]
+fn bad_batches_are_refused_and_nothing_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    run(async {
+        let mut config = LogConfig::default();
+        config.set("max.message.bytes", "2000").unwrap();
+        let log = open_log(dir.path(), config, 0, false).await;
+        log.append_as_leader(batch(0, 2, 10, 1_000), 0, 1_000)
+            .await
+            .unwrap();
+        let size_before = log.size_bytes();
+
+        let mut corrupt = batch(2, 2, 10, 1_000);
+        let last = corrupt.len() - 1;
+        corrupt[last] ^= 1;
+        let error = log.append_as_leader(corrupt, 0, 1_000).await.unwrap_err();
+        assert_eq!(error.kafka_error_code(), 2, "CORRUPT_MESSAGE");
+
+        let mut bad_crc = batch(2, 2, 10, 1_000);
+        bad_crc[CRC_OFFSET] ^= 0xff;
+        assert_eq!(
+            log.append_as_leader(bad_crc, 0, 1_000)
+                .await
+                .unwrap_err()
+                .kafka_error_code(),
+            2
+        );
+
+        let too_large = batch(2, 30, 100, 1_000);
+        assert_eq!(
+            log.append_as_leader(too_large, 0, 1_000)
+                .await
+                .unwrap_err()
+                .kafka_error_code(),
+            10
+        );
+
+        // A good batch followed by a bad one: neither is written.
+        let mut two = batch(2, 2, 10, 1_000);
+        let mut truncated = batch(4, 2, 10, 1_000);
+        truncated.truncate(truncated.len() - 3);
+        two.extend_from_slice(&truncated);
+        assert_eq!(
+            log.append_as_leader(two, 0, 1_000)
+                .await
+                .unwrap_err()
+                .kafka_error_code(),
+            2
+        );
+
+        let future = batch(2, 1, 10, 1_000 + 2 * 3_600_000);
+        assert_eq!(
+            log.append_as_leader(future, 0, 1_000)
+                .await
+                .unwrap_err()
+                .kafka_error_code(),
+            32
+        );
+
+        assert_eq!(log.log_end_offset(), 2);
+        assert_eq!(log.size_bytes(), size_before);
+        assert_eq!(read_all(&log).await.len(), 2);
+    });
+}
+
+#[test]
+fn log_append_time_replaces_the_timestamp() {
+    let dir = tempfile::tempdir().unwrap();
+    run(async {
+        let mut config = LogConfig::default();
+        config.message_timestamp_type = TimestampPolicy::LogAppendTime;
+        let log = open_log(dir.path(), config, 0, false).await;
+        let info = log
+            .append_as_leader(batch(0, 3, 10, 42), 0, 777_000)
+            .await
+            .unwrap();
+        assert_eq!(info.log_append_time_ms, 777_000);
+        let bytes = log
+            .read(0, 1 << 20, 3, true)
+            .await
+            .unwrap()
+            .records
+            .unwrap()
+            .read()
+            .await
+            .unwrap();
+        let header = shards::log::record_batch::validate_batch(&bytes).unwrap();
+        assert_eq!(header.max_timestamp, 777_000);
+        let found = log
+            .fetch_offset_by_timestamp(700_000)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!((found.offset, found.timestamp), (0, 777_000));
+    });
+}
+
+#[test]
+fn timestamp_lookup_finds_the_first_record_at_or_after() {
+    let dir = tempfile::tempdir().unwrap();
+    run(async {
+        let log = open_log(dir.path(), small_segments(), 0, false).await;
+        for i in 0..40 {
+            log.append_as_leader(batch(i * 5, 5, 200, 10_000 + i as i64 * 100), 0, 20_000)
+                .await
+                .unwrap();
+        }
+        let found = log
+            .fetch_offset_by_timestamp(10_000 + 17 * 100)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(found.offset, 17 * 5);
+        let found = log
+            .fetch_offset_by_timestamp(10_000 + 17 * 100 - 50)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(found.offset, 17 * 5);
+        assert!(log
+            .fetch_offset_by_timestamp(99_999)
+            .await
+            .unwrap()
+            .is_none());
+        let max = log.fetch_offset_of_max_timestamp().await.unwrap().unwrap();
+        assert_eq!((max.offset, max.timestamp), (39 * 5, 10_000 + 39 * 100));
+    });
+}
+
+#[test]
+fn retention_deletes_whole_closed_segments_only() {
+    let dir = tempfile::tempdir().unwrap();
+    run(async {
+        let mut config = small_segments();
+        config.set("retention.bytes", "45000").unwrap();
+        let log = open_log(dir.path(), config, 0, false).await;
+        for i in 0..100 {
+            log.append_as_leader(batch(i * 10, 10, 100, 1_000 + i as i64), 0, 2_000)
+                .await
+                .unwrap();
+        }
+        let before = log.segment_count();
+        let deleted = log.delete_retained_segments(2_000).await.unwrap();
+        assert!(deleted > 0);
+        assert_eq!(log.segment_count(), before - deleted);
+        assert!(log.size_bytes() <= 45_000 + 20_000);
+        let start = log.log_start_offset();
+        assert!(start > 0);
+        assert!(!segment_file_path(log.dir(), 0, LOG_FILE_SUFFIX).exists());
+        assert!(!log.dir().join("00000000000000000000.index").exists());
+        assert_eq!(read_all(&log).await.first().unwrap().offset, start);
+        assert!(matches!(
+            log.read(0, 100, 1000, true).await,
+            Err(LogError::OffsetOutOfRange { .. })
+        ));
+
+        // Time retention: everything closed is old; the active segment stays.
+        let mut config = small_segments();
+        config.set("retention.ms", "1000").unwrap();
+        log.update_config(std::rc::Rc::new(config));
+        log.delete_retained_segments(1_000_000).await.unwrap();
+        assert_eq!(log.segment_count(), 1);
+        assert_eq!(log.log_start_offset(), log.active_segment().base_offset());
+        assert_eq!(log.log_end_offset(), 1000);
+    });
+}
+
+#[test]
+fn compaction_keeps_the_last_record_per_key_and_never_moves_offsets() {
+    let dir = tempfile::tempdir().unwrap();
+    run(async {
+        let mut config = small_segments();
+        config.set("cleanup.policy", "compact").unwrap();
+        config.set("segment.bytes", "2000").unwrap();
+        config.set("delete.retention.ms", "1000").unwrap();
+        let log = open_log(dir.path(), config, 0, false).await;
+        let mut expected = std::collections::BTreeMap::new();
+        for round in 0..20 {
+            for k in 0..10 {
+                let key = format!("k{k}");
+                let value = format!("v{round}-{k}");
+                let info = log
+                    .append_as_leader(keyed_batch(&[(&key, Some(&value))], 5_000), 0, 5_000)
+                    .await
+                    .unwrap();
+                expected.insert(key, (info.first_offset, Some(value)));
+            }
+        }
+        // A tombstone for k3, then more traffic so it sits in a closed segment.
+        let info = log
+            .append_as_leader(keyed_batch(&[("k3", None)], 5_000), 0, 5_000)
+            .await
+            .unwrap();
+        expected.insert("k3".into(), (info.first_offset, None));
+        for k in 0..40 {
+            let key = format!("z{k}");
+            let info = log
+                .append_as_leader(keyed_batch(&[(&key, Some("x"))], 5_000), 0, 5_000)
+                .await
+                .unwrap();
+            expected.insert(key, (info.first_offset, Some("x".into())));
+        }
+        // Keyless records are refused on a compacted topic.
+        let mut keyless = shards::log::record_batch::RecordBatchBuilder::new(0, 5_000);
+        keyless.append(5_000, None, Some(b"v"));
+        assert_eq!(
+            log.append_as_leader(keyless.build(), 0, 5_000)
+                .await
+                .unwrap_err()
+                .kafka_error_code(),
+            87
+        );
+
+        let end = log.log_end_offset();
+        let active_base = log.active_segment().base_offset();
+        let stats = log
+            .clean(5_500, 1 << 20)
+            .await
+            .unwrap()
+            .expect("dirty enough to clean");
+        assert!(stats.records_removed > 100);
+        assert_eq!(log.log_end_offset(), end);
+        let records = read_all(&log).await;
+        let mut seen = std::collections::BTreeMap::new();
+        for record in &records {
+            let key = String::from_utf8(record.key.clone().unwrap()).unwrap();
+            if record.offset < active_base {
+                assert!(
+                    !seen.contains_key(&key),
+                    "duplicate key {key} in the cleaned part"
+                );
+            }
+            seen.insert(
+                key,
+                (
+                    record.offset,
+                    record.value.clone().map(|v| String::from_utf8(v).unwrap()),
+                ),
+            );
+        }
+        assert_eq!(
+            seen, expected,
+            "last value and offset per key survive; the tombstone is still young"
+        );
+
+        // Once the tombstone is older than delete.retention.ms, it goes too.
+        log.set_first_dirty_offset(0);
+        log.clean(100_000, 1 << 20).await.unwrap().unwrap();
+        let keys: Vec<_> = read_all(&log)
+            .await
+            .into_iter()
+            .map(|r| r.key.unwrap())
+            .collect();
+        assert!(!keys.contains(&b"k3".to_vec()));
+        assert!(keys.contains(&b"k4".to_vec()));
+        // No cleaner leftovers on disk, and the cleaned log reopens identically.
+        let names: Vec<String> = fs::read_dir(log.dir())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            names
+                .iter()
+                .all(|n| !n.ends_with(".cleaned") && !n.ends_with(".swap")),
+            "{names:?}"
+        );
+        let before = read_all(&log).await;
+        log.close().await.unwrap();
+        drop(log);
+        let mut config = small_segments();
+        config.set("cleanup.policy", "compact").unwrap();
+        let reopened = open_log(dir.path(), config, 0, false).await;
+        assert_eq!(read_all(&reopened).await, before);
+        assert_eq!(reopened.log_end_offset(), end);
+    });
+}
+
+#[test]
+fn truncate_to_removes_the_tail_and_later_epochs() {
+    let dir = tempfile::tempdir().unwrap();
+    run(async {
+        let log = open_log(dir.path(), small_segments(), 0, false).await;
+        for i in 0..30 {
+            log.append_as_leader(
+                batch(i * 10, 10, 100, 1_000),
+                if i < 20 { 1 } else { 2 },
+                1_000,
+            )
+            .await
+            .unwrap();
+        }
+        assert_eq!(log.end_offset_for_epoch(1), Some((1, 200)));
+        log.truncate_to(150).await.unwrap();
+        assert_eq!(log.log_end_offset(), 150);
+        assert_eq!(log.latest_epoch(), Some(1));
+        assert_eq!(read_all(&log).await.len(), 150);
+        let info = log
+            .append_as_leader(batch(0, 10, 100, 1_000), 3, 1_000)
+            .await
+            .unwrap();
+        assert_eq!(info.first_offset, 150);
+    });
+}
