@@ -16,7 +16,7 @@ use super::compression::decompress;
 use super::leader_epoch::LeaderEpochFileCache;
 use super::log_dirs::LogDirHealth;
 use super::record_batch::{
-    stamp_batch, validate_batch, AppendStamp, BatchIter, RecordBatchHeader, RecordIter,
+    stamp_batch, validate_produced_batch, AppendStamp, BatchIter, RecordBatchHeader, RecordIter,
     TimestampType, RECORD_BATCH_OVERHEAD,
 };
 use super::segment::{
@@ -773,7 +773,7 @@ fn validate_for_append(
                 max_bytes: config.max_message_bytes,
             });
         }
-        let header = validate_batch(bytes)?;
+        let header = validate_produced_batch(bytes)?;
         if config.cleanup_policy.compact && header.compression()? == super::CompressionType::None {
             for record in RecordIter::new(&bytes[RECORD_BATCH_OVERHEAD..]) {
                 if record?.key.is_none() {

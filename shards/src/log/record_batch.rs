@@ -186,10 +186,21 @@ pub fn compute_crc(batch: &[u8]) -> u32 {
     crc32c::crc32c(&batch[ATTRIBUTES_OFFSET..])
 }
 
-/// Validates the whole batch at the start of `batch` (exactly one batch): framing
-/// and CRC, and for uncompressed batches the framing of every record, so that
-/// nothing unreadable is ever stored.
+/// Validates a stored batch (exactly one): framing and CRC, and for
+/// uncompressed batches the framing of every record with offset deltas that
+/// only grow within the batch (the cleaner leaves gaps), so nothing unreadable
+/// is ever served.
 pub fn validate_batch(batch: &[u8]) -> Result<RecordBatchHeader, LogError> {
+    validate(batch, false)
+}
+
+/// Validates a batch as a producer must send it: as `validate_batch`, and the
+/// records' offset deltas are exactly 0, 1, 2, ...
+pub fn validate_produced_batch(batch: &[u8]) -> Result<RecordBatchHeader, LogError> {
+    validate(batch, true)
+}
+
+fn validate(batch: &[u8], consecutive_offsets: bool) -> Result<RecordBatchHeader, LogError> {
     let header = RecordBatchHeader::parse(batch)?;
     if header.size_bytes() != batch.len() {
         return Err(LogError::CorruptMessage(format!(
@@ -207,20 +218,32 @@ pub fn validate_batch(batch: &[u8]) -> Result<RecordBatchHeader, LogError> {
     }
     if header.compression()? == CompressionType::None {
         let mut count = 0i32;
+        let mut previous_delta = -1;
         for record in RecordIter::new(&batch[RECORD_BATCH_OVERHEAD..]) {
-            let record = record?;
-            if record.offset_delta != count {
+            let delta = record?.offset_delta;
+            let in_order = if consecutive_offsets {
+                delta == count
+            } else {
+                delta > previous_delta && delta <= header.last_offset_delta
+            };
+            if !in_order {
                 return Err(LogError::InvalidRecord(format!(
-                    "record {count} has offset delta {}",
-                    record.offset_delta
+                    "record {count} has offset delta {delta}"
                 )));
             }
+            previous_delta = delta;
             count += 1;
         }
         if count != header.records_count {
             return Err(LogError::InvalidRecord(format!(
                 "header claims {} records, batch holds {count}",
                 header.records_count
+            )));
+        }
+        if consecutive_offsets && count > 0 && header.last_offset_delta != count - 1 {
+            return Err(LogError::InvalidRecord(format!(
+                "last offset delta {} for {count} records",
+                header.last_offset_delta
             )));
         }
     } else if header.records_count == 0 && !header.is_control() {

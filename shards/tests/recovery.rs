@@ -1,0 +1,291 @@
+//! Crash and corruption: what recovery keeps, and that nothing corrupt is ever
+//! returned.
+
+mod common;
+
+use std::fs::{self, OpenOptions};
+use std::path::Path;
+
+use common::*;
+use shards::log::{LogConfig, LogDirs, LogManager, LogManagerConfig, TopicPartition};
+
+fn config() -> LogConfig {
+    let mut config = LogConfig::default();
+    config.set("segment.bytes", "10000").unwrap();
+    config.set("index.interval.bytes", "500").unwrap();
+    config
+}
+
+/// Fills a log with 60 batches of 5 records over several segments and leaves it
+/// without a clean shutdown. Returns the segment base offsets.
+fn fill(dir: &Path) -> Vec<i64> {
+    run(async {
+        let log = open_log(dir, config(), 0, false).await;
+        for i in 0..60 {
+            log.append_as_leader(batch(i * 5, 5, 100, 1_000 + i as i64), 0, 2_000)
+                .await
+                .unwrap();
+        }
+        log.segments().iter().map(|s| s.base_offset()).collect()
+    })
+}
+
+fn segment(dir: &Path, base: i64, suffix: &str) -> std::path::PathBuf {
+    dir.join("topic-0").join(format!("{base:020}{suffix}"))
+}
+
+#[test]
+fn a_torn_tail_is_cut_at_the_last_whole_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let bases = fill(dir.path());
+    let last = segment(dir.path(), *bases.last().unwrap(), ".log");
+    let len = fs::metadata(&last).unwrap().len();
+    OpenOptions::new()
+        .write(true)
+        .open(&last)
+        .unwrap()
+        .set_len(len - 30)
+        .unwrap();
+    run(async {
+        let log = open_log(dir.path(), config(), 0, false).await;
+        assert_eq!(log.log_end_offset(), 295, "the torn last batch is gone");
+        let records = read_all(&log).await;
+        assert_eq!(records.len(), 295);
+        assert!(records
+            .iter()
+            .enumerate()
+            .all(|(i, r)| r.offset == i as i64));
+        let info = log
+            .append_as_leader(batch(0, 5, 100, 3_000), 0, 3_000)
+            .await
+            .unwrap();
+        assert_eq!(info.first_offset, 295);
+    });
+}
+
+#[test]
+fn a_corrupt_old_batch_cuts_the_log_there_and_drops_later_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let bases = fill(dir.path());
+    assert!(bases.len() >= 4);
+    let victim = segment(dir.path(), bases[1], ".log");
+    let mut bytes = fs::read(&victim).unwrap();
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x5a;
+    fs::write(&victim, &bytes).unwrap();
+    run(async {
+        let log = open_log(dir.path(), config(), 0, false).await;
+        assert!(log.log_end_offset() > bases[1] && log.log_end_offset() < bases[2]);
+        assert_eq!(log.segment_count(), 2);
+        assert!(!segment(dir.path(), bases[2], ".log").exists());
+        let records = read_all(&log).await; // validates every batch it gets
+        assert_eq!(records.len() as i64, log.log_end_offset());
+    });
+}
+
+#[test]
+fn a_missing_or_garbled_index_is_rebuilt() {
+    let dir = tempfile::tempdir().unwrap();
+    let bases = fill(dir.path());
+    let (original_index, original_time_index) = (
+        fs::read(segment(dir.path(), bases[1], ".index")).unwrap(),
+        fs::read(segment(dir.path(), bases[1], ".timeindex")).unwrap(),
+    );
+    assert!(!original_index.is_empty());
+    fs::remove_file(segment(dir.path(), bases[1], ".index")).unwrap();
+    fs::write(segment(dir.path(), bases[2], ".index"), vec![0xabu8; 64]).unwrap();
+    fs::write(segment(dir.path(), bases[0], ".index"), vec![1u8; 13]).unwrap();
+    fs::write(
+        segment(dir.path(), bases[0], ".timeindex"),
+        vec![0xffu8; 24],
+    )
+    .unwrap();
+    run(async {
+        // Even after a clean shutdown (no recovery scan) a bad index is caught.
+        let log = open_log(dir.path(), config(), i64::MAX, true).await;
+        let records = read_all(&log).await;
+        assert_eq!(records.len(), 300);
+        assert!(records
+            .iter()
+            .enumerate()
+            .all(|(i, r)| r.offset == i as i64));
+        for offset in [0, 7, 61, 149, 222, 299] {
+            let info = log.read(offset, 1, 300, true).await.unwrap();
+            let bytes = info.records.unwrap().read().await.unwrap();
+            let header = shards::log::record_batch::validate_batch(&bytes).unwrap();
+            assert!(header.base_offset <= offset && offset <= header.last_offset());
+        }
+    });
+    assert_eq!(
+        fs::read(segment(dir.path(), bases[1], ".index")).unwrap(),
+        original_index
+    );
+    assert_eq!(
+        fs::read(segment(dir.path(), bases[1], ".timeindex")).unwrap(),
+        original_time_index
+    );
+    assert_eq!(
+        fs::metadata(segment(dir.path(), bases[0], ".index"))
+            .unwrap()
+            .len()
+            % 8,
+        0
+    );
+}
+
+#[test]
+fn an_interrupted_cleaner_swap_is_completed() {
+    let dir = tempfile::tempdir().unwrap();
+    let bases = fill(dir.path());
+    for suffix in [".log", ".index", ".timeindex"] {
+        fs::copy(
+            segment(dir.path(), bases[0], suffix),
+            segment(dir.path(), bases[0], &format!("{suffix}.swap")),
+        )
+        .unwrap();
+    }
+    fs::write(
+        segment(dir.path(), bases[1], ".log.cleaned"),
+        b"half-written",
+    )
+    .unwrap();
+    run(async {
+        let log = open_log(dir.path(), config(), 0, false).await;
+        assert_eq!(read_all(&log).await.len(), 300);
+    });
+    let leftovers: Vec<_> = fs::read_dir(dir.path().join("topic-0"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".swap") || n.ends_with(".cleaned"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+#[test]
+fn a_clean_shutdown_leaves_checkpoints_and_a_marker() {
+    let dir = tempfile::tempdir().unwrap();
+    let dirs = vec![dir.path().to_owned()];
+    let tp = TopicPartition::new("events", 3);
+    let log_dirs = LogDirs::open(&dirs);
+    assert!(!log_dirs.dirs()[0].had_clean_shutdown);
+    run({
+        let log_dirs = log_dirs.clone();
+        let tp = tp.clone();
+        async move {
+            let manager = LogManager::new(0, log_dirs, LogManagerConfig::default());
+            let log = manager
+                .get_or_create_log(&tp, std::rc::Rc::new(config()))
+                .await
+                .unwrap();
+            for i in 0..10 {
+                log.append_as_leader(batch(i * 5, 5, 100, 1_000), 0, 2_000)
+                    .await
+                    .unwrap();
+            }
+            log.set_high_watermark(40);
+            manager.shutdown().await;
+        }
+    });
+    log_dirs.write_checkpoints().unwrap();
+    log_dirs.mark_clean_shutdown().unwrap();
+    let text = fs::read_to_string(dir.path().join("recovery-point-offset-checkpoint")).unwrap();
+    assert_eq!(text, "0\n1\nevents 3 50\n");
+    let text = fs::read_to_string(dir.path().join("replication-offset-checkpoint")).unwrap();
+    assert_eq!(text, "0\n1\nevents 3 40\n");
+
+    let reopened = LogDirs::open(&dirs);
+    assert!(reopened.dirs()[0].had_clean_shutdown);
+    assert!(
+        !dir.path().join(".kafka_cleanshutdown").exists(),
+        "the marker is consumed"
+    );
+    let (_, checkpoint) = reopened.find(&tp).unwrap();
+    assert_eq!(
+        (checkpoint.recovery_point, checkpoint.high_watermark),
+        (50, Some(40))
+    );
+    run(async move {
+        let manager = LogManager::new(0, reopened, LogManagerConfig::default());
+        let log = manager
+            .get_or_create_log(&tp, std::rc::Rc::new(config()))
+            .await
+            .unwrap();
+        assert_eq!((log.log_end_offset(), log.high_watermark()), (50, 40));
+    });
+}
+
+/// A directory whose disk fills up goes offline; the broker keeps serving the
+/// partitions in its other directories and places new ones there.
+#[test]
+fn a_failing_log_dir_goes_offline_and_the_others_keep_serving() {
+    let root = tempfile::tempdir().unwrap();
+    let small = root.path().join("small");
+    let big = root.path().join("big");
+    fs::create_dir_all(&small).unwrap();
+    let status = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
+        .arg(&small)
+        .status()
+        .expect("mount(8) is needed for this test");
+    assert!(status.success(), "mounting a tmpfs needs root");
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(&self.0)
+                .status();
+        }
+    }
+    let _unmount = Unmount(small.clone());
+
+    let log_dirs = LogDirs::open(&[small.clone(), big.clone()]);
+    run(async move {
+        let manager = LogManager::new(0, log_dirs.clone(), LogManagerConfig::default());
+        let on_small = manager
+            .get_or_create_log(&TopicPartition::new("a", 0), std::rc::Rc::new(config()))
+            .await
+            .unwrap();
+        let on_big = manager
+            .get_or_create_log(&TopicPartition::new("b", 0), std::rc::Rc::new(config()))
+            .await
+            .unwrap();
+        assert!(on_small.dir().starts_with(&small) && on_big.dir().starts_with(&big));
+        let mut failed = None;
+        for i in 0..200 {
+            if let Err(error) = on_small
+                .append_as_leader(batch(i * 5, 5, 1000, 1_000), 0, 2_000)
+                .await
+            {
+                failed = Some(error);
+                break;
+            }
+        }
+        assert_eq!(
+            failed.expect("the tmpfs fills up").kafka_error_code(),
+            56,
+            "KAFKA_STORAGE_ERROR"
+        );
+        assert!(log_dirs.dirs()[0].health.is_offline());
+        assert_eq!(
+            on_small
+                .read(0, 100, 10, true)
+                .await
+                .unwrap_err()
+                .kafka_error_code(),
+            56
+        );
+        for i in 0..20 {
+            on_big
+                .append_as_leader(batch(i * 5, 5, 1000, 1_000), 0, 2_000)
+                .await
+                .unwrap();
+        }
+        assert_eq!(read_all(&on_big).await.len(), 100);
+        let new_log = manager
+            .get_or_create_log(&TopicPartition::new("c", 0), std::rc::Rc::new(config()))
+            .await
+            .unwrap();
+        assert!(new_log.dir().starts_with(&big));
+    });
+}
