@@ -2,8 +2,10 @@
 //! `.timeindex` (timestamp i64, relative offset u32), big-endian, exactly
 //! `entries * entry_size` bytes long so Kafka's own tools read them.
 //!
-//! Entries live in memory for lookups and are written through to the file as they
-//! are added; a missing or insane file is rebuilt from the segment by recovery.
+//! Entries live in memory for lookups. New entries reach the file in batches
+//! (like Kafka's mmap, the file may lag the log until a flush or roll); after a
+//! crash, recovery rebuilds the index of every segment past the recovery point,
+//! and a missing or insane file is rebuilt from its segment.
 
 use std::io;
 use std::path::Path;
@@ -84,6 +86,8 @@ pub struct IndexFile<E: IndexEntry> {
     base_offset: i64,
     file: Rc<SegmentFile>,
     entries: Vec<E>,
+    /// Entries already handed out to be written to the file.
+    written_entries: usize,
     max_entries: usize,
 }
 
@@ -93,6 +97,7 @@ impl<E: IndexEntry> IndexFile<E> {
             base_offset,
             file: Rc::new(SegmentFile::create(path).await?),
             entries: Vec::new(),
+            written_entries: 0,
             max_entries: max_entries.max(1),
         })
     }
@@ -110,13 +115,14 @@ impl<E: IndexEntry> IndexFile<E> {
             return Ok(None);
         }
         let bytes = file.read_exact_at(0, size).await?;
-        let entries = bytes
+        let entries: Vec<E> = bytes
             .chunks_exact(E::SIZE_BYTES)
             .map(|chunk| E::decode(chunk, base_offset))
             .collect();
         Ok(Some(Self {
             base_offset,
             file: Rc::new(file),
+            written_entries: entries.len(),
             entries,
             max_entries: max_entries.max(1),
         }))
@@ -138,18 +144,34 @@ impl<E: IndexEntry> IndexFile<E> {
         (self.entries.len() * E::SIZE_BYTES) as u64
     }
 
-    pub fn push(&mut self, entry: E) -> IndexWrite {
+    pub fn push(&mut self, entry: E) {
         assert!(entry.offset() >= self.base_offset);
         assert!(entry.offset() - self.base_offset <= u32::MAX as i64);
-        let position = self.size_bytes();
-        let mut bytes = Vec::with_capacity(E::SIZE_BYTES);
-        entry.encode(self.base_offset, &mut bytes);
+        assert!(self.last().is_none_or(|last| last.offset() < entry.offset()));
         self.entries.push(entry);
-        IndexWrite {
+    }
+
+    /// Entries not yet written to the file.
+    pub fn pending_entries(&self) -> usize {
+        self.entries.len() - self.written_entries
+    }
+
+    /// The write that brings the file up to date with the entries, if any.
+    pub fn take_pending_write(&mut self) -> Option<IndexWrite> {
+        if self.pending_entries() == 0 {
+            return None;
+        }
+        let mut bytes = Vec::with_capacity(self.pending_entries() * E::SIZE_BYTES);
+        for entry in &self.entries[self.written_entries..] {
+            entry.encode(self.base_offset, &mut bytes);
+        }
+        let position = (self.written_entries * E::SIZE_BYTES) as u64;
+        self.written_entries = self.entries.len();
+        Some(IndexWrite {
             file: self.file.clone(),
             bytes,
             position,
-        }
+        })
     }
 
     /// Drops every entry whose offset is `>= offset`; returns the new file size.
@@ -158,11 +180,13 @@ impl<E: IndexEntry> IndexFile<E> {
             .entries
             .partition_point(|entry| entry.offset() < offset);
         self.entries.truncate(keep);
+        self.written_entries = self.written_entries.min(keep);
         self.size_bytes()
     }
 
     pub fn clear(&mut self) {
         self.entries.clear();
+        self.written_entries = 0;
     }
 
     /// Largest entry satisfying `is_at_or_before` (entries are sorted on it).
@@ -204,10 +228,13 @@ impl IndexFile<OffsetPosition> {
 
 impl IndexFile<TimestampOffset> {
     /// Adds an entry only when the timestamp moves forward, as Kafka does.
-    pub fn maybe_push(&mut self, entry: TimestampOffset) -> Option<IndexWrite> {
+    pub fn maybe_push(&mut self, entry: TimestampOffset) -> bool {
         match self.last() {
-            Some(last) if entry.timestamp <= last.timestamp || entry.offset <= last.offset => None,
-            _ => Some(self.push(entry)),
+            Some(last) if entry.timestamp <= last.timestamp || entry.offset <= last.offset => false,
+            _ => {
+                self.push(entry);
+                true
+            }
         }
     }
 
@@ -238,12 +265,11 @@ mod tests {
         crate::test_support::run(async move {
             let mut index = OffsetIndex::create(&path, 100, 4).await.unwrap();
             for (offset, position) in [(104, 0u32), (110, 4096), (120, 8200)] {
-                index
-                    .push(OffsetPosition { offset, position })
-                    .apply()
-                    .await
-                    .unwrap();
+                index.push(OffsetPosition { offset, position });
             }
+            assert_eq!(index.pending_entries(), 3);
+            index.take_pending_write().unwrap().apply().await.unwrap();
+            assert!(index.take_pending_write().is_none());
             assert_eq!(index.lookup(99).position, 0);
             assert_eq!(index.lookup(110).position, 4096);
             assert_eq!(index.lookup(119).position, 4096);
@@ -263,24 +289,10 @@ mod tests {
         let path = dir.path().join("00000000000000000000.timeindex");
         crate::test_support::run(async move {
             let mut index = TimeIndex::create(&path, 0, 10).await.unwrap();
-            assert!(index
-                .maybe_push(TimestampOffset {
-                    timestamp: 10,
-                    offset: 3
-                })
-                .is_some());
-            assert!(index
-                .maybe_push(TimestampOffset {
-                    timestamp: 10,
-                    offset: 5
-                })
-                .is_none());
-            assert!(index
-                .maybe_push(TimestampOffset {
-                    timestamp: 20,
-                    offset: 9
-                })
-                .is_some());
+            let entry = |timestamp, offset| TimestampOffset { timestamp, offset };
+            assert!(index.maybe_push(entry(10, 3)));
+            assert!(!index.maybe_push(entry(10, 5)));
+            assert!(index.maybe_push(entry(20, 9)));
             assert_eq!(index.lookup(15).unwrap().offset, 3);
             assert_eq!(index.lookup(5), None);
             assert!(index.is_sane(10));

@@ -9,7 +9,7 @@ use std::rc::Rc;
 use tracing::warn;
 
 use super::file::SegmentFile;
-use super::index::{IndexWrite, OffsetIndex, OffsetPosition, TimeIndex, TimestampOffset};
+use super::index::{OffsetIndex, OffsetPosition, TimeIndex, TimestampOffset};
 use super::record_batch::{validate_batch, RecordBatchHeader, NO_TIMESTAMP, RECORD_BATCH_OVERHEAD};
 use super::LogConfig;
 
@@ -23,6 +23,8 @@ pub const SWAP_FILE_SUFFIX: &str = ".swap";
 
 /// Bytes read at a time when walking batch headers.
 const HEADER_SCAN_CHUNK_BYTES: usize = 16 * 1024;
+/// Index entries buffered before they are written out (4 KiB of `.index`).
+const INDEX_WRITE_BATCH_ENTRIES: usize = 512;
 /// Bytes read at a time when validating whole batches during recovery.
 const RECOVERY_CHUNK_BYTES: usize = 1024 * 1024;
 
@@ -331,7 +333,6 @@ impl LogSegment {
         assert!(!batches.is_empty());
         let start = self.size_bytes();
         let len = records.len() as u64;
-        let mut index_writes: Vec<IndexWrite> = Vec::new();
         for batch in batches {
             let header = &batch.header;
             assert!(
@@ -349,15 +350,13 @@ impl LogSegment {
             }
             if self.bytes_since_last_index_entry.get() > self.index_interval_bytes {
                 let position = (start + batch.position_in_buffer as u64) as u32;
-                index_writes.push(self.offset_index.borrow_mut().push(OffsetPosition {
+                self.offset_index.borrow_mut().push(OffsetPosition {
                     offset: header.last_offset(),
                     position,
-                }));
-                index_writes.extend(
-                    self.time_index
-                        .borrow_mut()
-                        .maybe_push(self.max_timestamp_and_offset()),
-                );
+                });
+                self.time_index
+                    .borrow_mut()
+                    .maybe_push(self.max_timestamp_and_offset());
                 self.bytes_since_last_index_entry.set(0);
             }
             self.bytes_since_last_index_entry
@@ -366,7 +365,17 @@ impl LogSegment {
         }
         self.size_bytes.set(start + len);
         self.log.write_all_at(records, start).await?;
-        for write in index_writes {
+        if self.offset_index.borrow().pending_entries() >= INDEX_WRITE_BATCH_ENTRIES {
+            self.write_pending_index_entries().await?;
+        }
+        Ok(())
+    }
+
+    /// Brings both index files up to date with the in-memory entries.
+    pub async fn write_pending_index_entries(&self) -> io::Result<()> {
+        let offset_write = self.offset_index.borrow_mut().take_pending_write();
+        let time_write = self.time_index.borrow_mut().take_pending_write();
+        for write in [offset_write, time_write].into_iter().flatten() {
             write.apply().await?;
         }
         Ok(())
@@ -378,14 +387,12 @@ impl LogSegment {
         if max.timestamp == NO_TIMESTAMP {
             return Ok(());
         }
-        let write = self.time_index.borrow_mut().maybe_push(max);
-        if let Some(write) = write {
-            write.apply().await?;
-        }
-        Ok(())
+        self.time_index.borrow_mut().maybe_push(max);
+        self.write_pending_index_entries().await
     }
 
     pub async fn flush(&self) -> io::Result<()> {
+        self.write_pending_index_entries().await?;
         self.log.fdatasync().await?;
         let offset_file = self.offset_index.borrow().file().clone();
         let time_file = self.time_index.borrow().file().clone();
@@ -533,7 +540,6 @@ impl LogSegment {
         let mut reader = self.batches();
         let mut position = 0u64;
         let mut epochs = Vec::new();
-        let mut index_writes = Vec::new();
         while let Some((header, batch)) = reader.next().await? {
             if validate_batch(batch).is_err() || header.base_offset < self.next_offset() {
                 break;
@@ -549,15 +555,13 @@ impl LogSegment {
                 self.rolling_based_timestamp.set(Some(header.max_timestamp));
             }
             if self.bytes_since_last_index_entry.get() > self.index_interval_bytes {
-                index_writes.push(self.offset_index.borrow_mut().push(OffsetPosition {
+                self.offset_index.borrow_mut().push(OffsetPosition {
                     offset: header.last_offset(),
                     position: position as u32,
-                }));
-                index_writes.extend(
-                    self.time_index
-                        .borrow_mut()
-                        .maybe_push(self.max_timestamp_and_offset()),
-                );
+                });
+                self.time_index
+                    .borrow_mut()
+                    .maybe_push(self.max_timestamp_and_offset());
                 self.bytes_since_last_index_entry.set(0);
             }
             self.bytes_since_last_index_entry
@@ -571,9 +575,7 @@ impl LogSegment {
         let time_file = self.time_index.borrow().file().clone();
         offset_file.truncate(0).await?;
         time_file.truncate(0).await?;
-        for write in index_writes {
-            write.apply().await?;
-        }
+        self.write_pending_index_entries().await?;
         let truncated_bytes = file_size - valid_bytes;
         if truncated_bytes > 0 {
             warn!(
@@ -595,6 +597,7 @@ impl LogSegment {
         let Some((position, _)) = self.translate_offset(offset).await? else {
             return Ok(0);
         };
+        self.write_pending_index_entries().await?;
         // Batches are whole: `offset` falls on the first batch we drop.
         let removed = self.size_bytes() - position;
         let index_size = self.offset_index.borrow_mut().truncate_from_offset(offset);
