@@ -11,7 +11,10 @@ use common::*;
 use shards::log::LogConfig;
 
 fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_owned()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_owned()
 }
 
 fn dump(args: &[String]) -> (i32, String, String) {
@@ -19,7 +22,11 @@ fn dump(args: &[String]) -> (i32, String, String) {
     let fetch = Command::new(root.join("tests/support/kafka/fetch.sh"))
         .output()
         .expect("run fetch.sh");
-    assert!(fetch.status.success(), "fetching Kafka's jars failed: {}", String::from_utf8_lossy(&fetch.stderr));
+    assert!(
+        fetch.status.success(),
+        "fetching Kafka's jars failed: {}",
+        String::from_utf8_lossy(&fetch.stderr)
+    );
     let output = Command::new("timeout")
         .arg("120")
         .arg(root.join("tests/support/kafka/kafka-run-class.sh"))
@@ -44,13 +51,26 @@ fn kafka_dump_log_segments_reads_our_files() {
         config.set("cleanup.policy", "compact").unwrap();
         let log = open_log(dir.path(), config, 0, false).await;
         for round in 0..30 {
-            let values: Vec<String> = (0..20).map(|k| format!("value-{round}-{k}-{}", "x".repeat(50))).collect();
-            let records: Vec<(String, Option<&str>)> =
-                (0..20).map(|k| (format!("key-{}", (k + round) % 25), Some(values[k].as_str()))).collect();
-            let refs: Vec<(&str, Option<&str>)> = records.iter().map(|(k, v)| (k.as_str(), *v)).collect();
-            log.append_as_leader(keyed_batch(&refs, 1_700_000_000_000 + round as i64), 5, 1_700_000_000_000)
-                .await
-                .unwrap();
+            let values: Vec<String> = (0..20)
+                .map(|k| format!("value-{round}-{k}-{}", "x".repeat(50)))
+                .collect();
+            let records: Vec<(String, Option<&str>)> = (0..20)
+                .map(|k| {
+                    (
+                        format!("key-{}", (k + round) % 25),
+                        Some(values[k].as_str()),
+                    )
+                })
+                .collect();
+            let refs: Vec<(&str, Option<&str>)> =
+                records.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+            log.append_as_leader(
+                keyed_batch(&refs, 1_700_000_000_000 + round as i64),
+                5,
+                1_700_000_000_000,
+            )
+            .await
+            .unwrap();
         }
         // Cleaning leaves offset gaps inside batches, which Kafka must accept too.
         log.clean(1_700_000_000_000, 1 << 20).await.unwrap();
@@ -60,7 +80,9 @@ fn kafka_dump_log_segments_reads_our_files() {
         let mut indexes = Vec::new();
         for segment in log.segments() {
             for suffix in [".log", ".index", ".timeindex"] {
-                let path = log.dir().join(format!("{:020}{suffix}", segment.base_offset()));
+                let path = log
+                    .dir()
+                    .join(format!("{:020}{suffix}", segment.base_offset()));
                 if suffix != ".log" {
                     indexes.push(path.display().to_string());
                 }
@@ -71,7 +93,8 @@ fn kafka_dump_log_segments_reads_our_files() {
     });
     assert!(files.len() >= 6, "several segments");
 
-    let (code, stdout, stderr) = dump(&["--print-data-log".into(), "--files".into(), files.join(",")]);
+    let (code, stdout, stderr) =
+        dump(&["--print-data-log".into(), "--files".into(), files.join(",")]);
     assert_eq!(code, 0, "{stderr}");
     // The dumper lists offset gaps (a segment not starting at 0, the cleaner's
     // removals) on stderr; gaps are fine as long as offsets only grow.
@@ -82,9 +105,15 @@ fn kafka_dump_log_segments_reads_our_files() {
         let pair: Vec<i64> = line
             .trim()
             .split(" is followed by ")
-            .map(|n| n.parse().unwrap_or_else(|_| panic!("Kafka complained: {stderr}")))
+            .map(|n| {
+                n.parse()
+                    .unwrap_or_else(|_| panic!("Kafka complained: {stderr}"))
+            })
             .collect();
-        assert!(pair.len() == 2 && pair[1] > pair[0], "offsets go backwards: {line}");
+        assert!(
+            pair.len() == 2 && pair[1] > pair[0],
+            "offsets go backwards: {line}"
+        );
     }
     assert!(!stdout.contains("isvalid: false"), "{stdout}");
     assert!(!stdout.contains("invalid bytes"), "{stdout}");
@@ -92,11 +121,26 @@ fn kafka_dump_log_segments_reads_our_files() {
     assert!(stdout.contains("partitionLeaderEpoch: 5"));
     assert!(stdout.contains("offset: ") && stdout.contains("position: "));
 
-    let (code, stdout, stderr) = dump(&["--verify-index-only".into(), "--files".into(), indexes.join(",")]);
+    let (code, stdout, stderr) = dump(&[
+        "--verify-index-only".into(),
+        "--files".into(),
+        indexes.join(","),
+    ]);
     assert_eq!(code, 0, "{stderr}");
-    assert!(stderr.trim().is_empty(), "index mismatches: {stderr}\n{stdout}");
+    assert!(
+        stderr.trim().is_empty(),
+        "index mismatches: {stderr}\n{stdout}"
+    );
 
-    let (code, stdout, stderr) = dump(&["--index-sanity-check".into(), "--files".into(), indexes.join(",")]);
+    let (code, stdout, stderr) = dump(&[
+        "--index-sanity-check".into(),
+        "--files".into(),
+        indexes.join(","),
+    ]);
     assert_eq!(code, 0, "{stderr}");
-    assert_eq!(stdout.matches("passed sanity check").count() + stdout.matches("is empty").count(), indexes.len(), "{stdout}");
+    assert_eq!(
+        stdout.matches("passed sanity check").count() + stdout.matches("is empty").count(),
+        indexes.len(),
+        "{stdout}"
+    );
 }

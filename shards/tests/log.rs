@@ -7,7 +7,7 @@ use std::fs;
 
 use common::*;
 use shards::log::record_batch::CRC_OFFSET;
-use shards::log::{segment_file_path, LogConfig, LogError, TimestampPolicy, LOG_FILE_SUFFIX};
+use shards::log::{segment_file_path, LogConfig, LogError, LOG_FILE_SUFFIX};
 
 fn small_segments() -> LogConfig {
     let mut config = LogConfig::default();
@@ -144,7 +144,7 @@ fn log_append_time_replaces_the_timestamp() {
     let dir = tempfile::tempdir().unwrap();
     run(async {
         let mut config = LogConfig::default();
-        config.message_timestamp_type = TimestampPolicy::LogAppendTime;
+        config.set("message.timestamp.type", "LogAppendTime").unwrap();
         let log = open_log(dir.path(), config, 0, false).await;
         let info = log
             .append_as_leader(batch(0, 3, 10, 42), 0, 777_000)
@@ -375,5 +375,80 @@ fn truncate_to_removes_the_tail_and_later_epochs() {
             .await
             .unwrap();
         assert_eq!(info.first_offset, 150);
+    });
+}
+
+#[test]
+fn segments_roll_on_time_and_on_a_full_index() {
+    let dir = tempfile::tempdir().unwrap();
+    run(async {
+        let mut config = LogConfig::default();
+        config.set("segment.ms", "1000").unwrap();
+        let log = open_log(dir.path(), config, 0, false).await;
+        log.append_as_leader(batch(0, 1, 10, 10_000), 0, 10_000)
+            .await
+            .unwrap();
+        log.append_as_leader(batch(1, 1, 10, 10_500), 0, 10_500)
+            .await
+            .unwrap();
+        assert_eq!(log.segment_count(), 1);
+        // segment.ms counts from the first batch's timestamp, as Kafka does.
+        log.append_as_leader(batch(2, 1, 10, 11_001), 0, 11_001)
+            .await
+            .unwrap();
+        assert_eq!(log.segment_count(), 2);
+        assert_eq!(log.active_segment().base_offset(), 2);
+    });
+    let dir = tempfile::tempdir().unwrap();
+    run(async {
+        let mut config = LogConfig::default();
+        config.set("segment.index.bytes", "24").unwrap(); // three entries
+        config.set("index.interval.bytes", "0").unwrap();
+        let log = open_log(dir.path(), config, 0, false).await;
+        for i in 0..10 {
+            log.append_as_leader(batch(i, 1, 10, 1_000), 0, 1_000)
+                .await
+                .unwrap();
+        }
+        assert!(log.segment_count() >= 3, "a full index rolls the segment");
+        for segment in log.segments() {
+            assert!(segment.offset_index_entries().len() <= 3);
+        }
+        assert_eq!(read_all(&log).await.len(), 10);
+    });
+}
+
+#[test]
+fn flush_messages_moves_the_recovery_point() {
+    let dir = tempfile::tempdir().unwrap();
+    run(async {
+        let mut config = LogConfig::default();
+        config.set("flush.messages", "3").unwrap();
+        let log = open_log(dir.path(), config, 0, true).await;
+        log.append_as_leader(batch(0, 2, 10, 1_000), 0, 1_000)
+            .await
+            .unwrap();
+        assert_eq!(
+            log.recovery_point(),
+            0,
+            "Kafka's default leaves flushing to the OS"
+        );
+        log.append_as_leader(batch(2, 2, 10, 1_000), 0, 1_000)
+            .await
+            .unwrap();
+        assert_eq!(log.recovery_point(), 4, "flush.messages reached");
+    });
+    let dir = tempfile::tempdir().unwrap();
+    run(async {
+        let mut config = LogConfig::default();
+        config.set("flush.ms", "100").unwrap();
+        let log = open_log(dir.path(), config, 0, true).await;
+        log.append_as_leader(batch(0, 2, 10, 1_000), 0, 1_000)
+            .await
+            .unwrap();
+        log.maybe_flush_on_time(1_050).await.unwrap();
+        assert_eq!(log.recovery_point(), 0);
+        log.maybe_flush_on_time(1_200).await.unwrap();
+        assert_eq!(log.recovery_point(), 2, "flush.ms passed");
     });
 }

@@ -83,7 +83,9 @@ async fn run_case(dir: &Path, batch_bytes: usize, total_bytes: usize) -> Case {
     let raw = SegmentFile::create(&raw_path).await.unwrap();
     let start = Instant::now();
     for i in 0..batches {
-        raw.write_all_at(batch.clone(), (i * batch.len()) as u64).await.unwrap();
+        raw.write_all_at(batch.clone(), (i * batch.len()) as u64)
+            .await
+            .unwrap();
     }
     raw.fdatasync().await.unwrap();
     let raw_write = mib_per_s(written, start.elapsed());
@@ -92,7 +94,9 @@ async fn run_case(dir: &Path, batch_bytes: usize, total_bytes: usize) -> Case {
     let log = open_log(dir).await;
     let start = Instant::now();
     for _ in 0..batches {
-        log.append_as_leader(batch.clone(), 0, 1_700_000_000_000).await.unwrap();
+        log.append_as_leader(batch.clone(), 0, 1_700_000_000_000)
+            .await
+            .unwrap();
     }
     log.flush().await.unwrap();
     let log_append = mib_per_s(written, start.elapsed());
@@ -117,10 +121,17 @@ async fn run_case(dir: &Path, batch_bytes: usize, total_bytes: usize) -> Case {
     while offset < end {
         let info = log.read(offset, READ_CHUNK_BYTES, end, true).await.unwrap();
         let slice = info.records.expect("data below the log end");
-        let bytes = slice.file.read_exact_at(slice.position, slice.size_bytes).await.unwrap();
+        let bytes = slice
+            .file
+            .read_exact_at(slice.position, slice.size_bytes)
+            .await
+            .unwrap();
         fetched += bytes.len() as u64;
         // Every batch is the same size, so the last one starts `batch.len()` from the end.
-        let header = shards::log::record_batch::RecordBatchHeader::parse(&bytes[bytes.len() - batch.len()..]).unwrap();
+        let header = shards::log::record_batch::RecordBatchHeader::parse(
+            &bytes[bytes.len() - batch.len()..],
+        )
+        .unwrap();
         offset = header.next_offset();
     }
     assert_eq!(fetched, written);

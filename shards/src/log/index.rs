@@ -147,7 +147,9 @@ impl<E: IndexEntry> IndexFile<E> {
     pub fn push(&mut self, entry: E) {
         assert!(entry.offset() >= self.base_offset);
         assert!(entry.offset() - self.base_offset <= u32::MAX as i64);
-        assert!(self.last().is_none_or(|last| last.offset() < entry.offset()));
+        assert!(self
+            .last()
+            .is_none_or(|last| last.offset() < entry.offset()));
         self.entries.push(entry);
     }
 

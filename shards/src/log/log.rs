@@ -107,7 +107,8 @@ pub struct Log {
     log_start_offset: Cell<i64>,
     log_end_offset: Cell<i64>,
     high_watermark: Cell<i64>,
-    recovery_point: Cell<i64>,
+    /// Shared with the background flush of a rolled segment, which moves it.
+    recovery_point: Rc<Cell<i64>>,
     unflushed_messages: Cell<i64>,
     last_flush_ms: Cell<i64>,
     /// First offset the cleaner has not yet deduplicated.
@@ -229,7 +230,7 @@ impl Log {
                     .unwrap_or(log_start_offset)
                     .clamp(log_start_offset, log_end_offset),
             ),
-            recovery_point: Cell::new(recovery_point.min(log_end_offset)),
+            recovery_point: Rc::new(Cell::new(recovery_point.min(log_end_offset))),
             unflushed_messages: Cell::new(0),
             last_flush_ms: Cell::new(now_ms),
             first_dirty_offset: Cell::new(log_start_offset),
@@ -443,18 +444,17 @@ impl Log {
         self.segments.borrow_mut().insert(base, segment.clone());
         info!(partition = %self.topic_partition, base, "rolled a new segment");
         let health = self.health.clone();
-        let recovery_point = old.next_offset();
+        let recovery_point = self.recovery_point.clone();
         glommio::spawn_local(async move {
-            if let Err(error) = old.flush().await {
-                health.on_error(error.into());
+            match old.flush().await {
+                // Only flushed data moves the recovery point (what a crash rescans).
+                Ok(()) => recovery_point.set(recovery_point.get().max(base)),
+                Err(error) => {
+                    health.on_error(error.into());
+                }
             }
         })
         .detach();
-        // The flush above runs before anything else can flush this log's later
-        // offsets, so moving the recovery point here keeps it conservative enough:
-        // recovery also rescans a segment whose flush was lost.
-        self.recovery_point
-            .set(self.recovery_point().max(recovery_point.min(base)));
         Ok(segment)
     }
 

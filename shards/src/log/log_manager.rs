@@ -13,6 +13,8 @@ use super::checkpoint::run_blocking;
 use super::log_dirs::{LogDirs, PartitionCheckpoint};
 use super::{wall_clock_ms, Log, LogConfig, LogError, LogOpenParams, TopicPartition};
 
+type PeriodicWork = std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>;
+
 /// Broker-level settings of the log layer, with Kafka's names in the comments.
 #[derive(Debug, Clone)]
 pub struct LogManagerConfig {
@@ -196,7 +198,7 @@ impl LogManager {
     fn spawn_periodic(
         self: &Rc<Self>,
         interval_ms: u64,
-        work: fn(Rc<Self>) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>,
+        work: fn(Rc<Self>) -> PeriodicWork,
     ) {
         let manager = self.clone();
         glommio::spawn_local(async move {

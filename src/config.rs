@@ -1,0 +1,243 @@
+//! `server.properties`: Kafka's key names and defaults, plus ringbroker's own.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use shards::log::{LogConfig, LogManagerConfig};
+use tracing::warn;
+
+/// Keys this broker understands beyond the topic defaults (`log.*`).
+const BROKER_KEYS: &[&str] = &[
+    "broker.id",
+    "listeners",
+    "advertised.listeners",
+    "log.dirs",
+    "log.dir",
+    "zookeeper.connect",
+    "num.partitions",
+    "default.replication.factor",
+    "min.insync.replicas",
+    "auto.create.topics.enable",
+    "log.retention.check.interval.ms",
+    "log.flush.scheduler.interval.ms",
+    "log.flush.offset.checkpoint.interval.ms",
+    "log.cleaner.enable",
+    "log.cleaner.backoff.ms",
+    "log.cleaner.dedupe.buffer.size",
+    "ringbroker.cores",
+];
+
+/// Broker keys that set a topic config's default, as Kafka maps them.
+const LOG_DEFAULT_KEYS: &[(&str, &str)] = &[
+    ("log.segment.bytes", "segment.bytes"),
+    ("log.roll.ms", "segment.ms"),
+    ("log.index.size.max.bytes", "segment.index.bytes"),
+    ("log.index.interval.bytes", "index.interval.bytes"),
+    ("log.flush.interval.messages", "flush.messages"),
+    ("log.flush.interval.ms", "flush.ms"),
+    ("log.retention.ms", "retention.ms"),
+    ("log.retention.bytes", "retention.bytes"),
+    ("log.cleanup.policy", "cleanup.policy"),
+    ("log.cleaner.delete.retention.ms", "delete.retention.ms"),
+    ("log.cleaner.min.compaction.lag.ms", "min.compaction.lag.ms"),
+    (
+        "log.cleaner.min.cleanable.ratio",
+        "min.cleanable.dirty.ratio",
+    ),
+    ("message.max.bytes", "max.message.bytes"),
+    ("log.message.timestamp.type", "message.timestamp.type"),
+    (
+        "log.message.timestamp.before.max.ms",
+        "message.timestamp.before.max.ms",
+    ),
+    (
+        "log.message.timestamp.after.max.ms",
+        "message.timestamp.after.max.ms",
+    ),
+];
+
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    pub broker_id: i32,
+    pub listeners: String,
+    pub log_dirs: Vec<PathBuf>,
+    pub cores: Vec<usize>,
+    pub log_defaults: LogConfig,
+    pub log_manager: LogManagerConfig,
+}
+
+#[derive(Debug)]
+pub struct ConfigError(pub String);
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Parses Java-properties text (`key=value` or `key: value`, `#`/`!` comments).
+pub fn parse_properties(text: &str) -> BTreeMap<String, String> {
+    text.lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty() && !line.starts_with('#') && !line.starts_with('!'))
+        .filter_map(|line| {
+            let split = line.find(['=', ':'])?;
+            Some((
+                line[..split].trim().to_owned(),
+                line[split + 1..].trim().to_owned(),
+            ))
+        })
+        .collect()
+}
+
+fn parse<T: std::str::FromStr>(key: &str, value: &str) -> Result<T, ConfigError> {
+    value
+        .parse()
+        .map_err(|_| ConfigError(format!("invalid value {value:?} for {key}")))
+}
+
+impl BrokerConfig {
+    pub fn load(path: &Path, overrides: &[String]) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|error| ConfigError(format!("cannot read {}: {error}", path.display())))?;
+        let mut properties = parse_properties(&text);
+        for entry in overrides {
+            let (key, value) = entry
+                .split_once('=')
+                .ok_or_else(|| ConfigError(format!("--override {entry:?} is not key=value")))?;
+            properties.insert(key.trim().to_owned(), value.trim().to_owned());
+        }
+        Self::from_properties(&properties)
+    }
+
+    pub fn from_properties(properties: &BTreeMap<String, String>) -> Result<Self, ConfigError> {
+        let get = |key: &str| properties.get(key).map(String::as_str);
+        let mut log_defaults = LogConfig::default();
+        // Kafka's retention in hours and minutes, overridden by the finer key.
+        for (key, factor) in [
+            ("log.retention.hours", 3_600_000i64),
+            ("log.retention.minutes", 60_000),
+        ] {
+            if let Some(value) = get(key) {
+                let amount: i64 = parse(key, value)?;
+                log_defaults.retention_ms = if amount < 0 { -1 } else { amount * factor };
+            }
+        }
+        if let Some(value) = get("log.roll.hours") {
+            log_defaults.segment_ms = parse::<i64>("log.roll.hours", value)? * 3_600_000;
+        }
+        for (broker_key, topic_key) in LOG_DEFAULT_KEYS {
+            if let Some(value) = get(broker_key) {
+                log_defaults.set(topic_key, value).map_err(|error| {
+                    ConfigError(format!(
+                        "invalid value {value:?} for {broker_key}: {}",
+                        error.reason
+                    ))
+                })?;
+            }
+        }
+        for key in properties.keys() {
+            let known = BROKER_KEYS.contains(&key.as_str())
+                || LOG_DEFAULT_KEYS.iter().any(|(k, _)| k == key)
+                || [
+                    "log.retention.hours",
+                    "log.retention.minutes",
+                    "log.roll.hours",
+                ]
+                .contains(&key.as_str());
+            if !known {
+                warn!(key, "unknown configuration key, ignored");
+            }
+        }
+        let log_dirs: Vec<PathBuf> = get("log.dirs")
+            .or(get("log.dir"))
+            .unwrap_or("/tmp/kafka-logs")
+            .split(',')
+            .map(|dir| PathBuf::from(dir.trim()))
+            .filter(|dir| !dir.as_os_str().is_empty())
+            .collect();
+        if log_dirs.is_empty() {
+            return Err(ConfigError(
+                "invalid value for log.dirs: no directory".into(),
+            ));
+        }
+        let cores = match get("ringbroker.cores") {
+            Some(list) => list
+                .split(',')
+                .map(|core| parse("ringbroker.cores", core.trim()))
+                .collect::<Result<Vec<usize>, _>>()?,
+            None => (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect(),
+        };
+        if cores.is_empty() {
+            return Err(ConfigError(
+                "invalid value for ringbroker.cores: no core".into(),
+            ));
+        }
+        let defaults = LogManagerConfig::default();
+        let number = |key: &str, default: u64| -> Result<u64, ConfigError> {
+            get(key).map_or(Ok(default), |value| parse(key, value))
+        };
+        let log_manager = LogManagerConfig {
+            retention_check_interval_ms: number(
+                "log.retention.check.interval.ms",
+                defaults.retention_check_interval_ms,
+            )?,
+            flush_scheduler_interval_ms: number(
+                "log.flush.scheduler.interval.ms",
+                defaults.flush_scheduler_interval_ms,
+            )?,
+            flush_offset_checkpoint_interval_ms: number(
+                "log.flush.offset.checkpoint.interval.ms",
+                defaults.flush_offset_checkpoint_interval_ms,
+            )?,
+            cleaner_enable: get("log.cleaner.enable")
+                .map_or(Ok(true), |v| parse("log.cleaner.enable", v))?,
+            cleaner_backoff_ms: number("log.cleaner.backoff.ms", defaults.cleaner_backoff_ms)?,
+            cleaner_dedupe_buffer_bytes: number(
+                "log.cleaner.dedupe.buffer.size",
+                defaults.cleaner_dedupe_buffer_bytes as u64,
+            )? as usize,
+        };
+        Ok(Self {
+            broker_id: get("broker.id").map_or(Ok(0), |v| parse("broker.id", v))?,
+            listeners: get("listeners")
+                .unwrap_or("PLAINTEXT://127.0.0.1:9092")
+                .to_owned(),
+            log_dirs,
+            cores,
+            log_defaults,
+            log_manager,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kafka_keys_and_errors_that_name_the_key() {
+        let properties = parse_properties(
+            "# comment\nbroker.id=3\nlog.dirs=/a, /b\nlog.retention.hours=24\nlog.segment.bytes: 1048576\nringbroker.cores=0\n",
+        );
+        let config = BrokerConfig::from_properties(&properties).unwrap();
+        assert_eq!(config.broker_id, 3);
+        assert_eq!(
+            config.log_dirs,
+            vec![PathBuf::from("/a"), PathBuf::from("/b")]
+        );
+        assert_eq!(config.log_defaults.retention_ms, 86_400_000);
+        assert_eq!(config.log_defaults.segment_bytes, 1 << 20);
+        assert_eq!(config.cores, vec![0]);
+        let bad = parse_properties("log.segment.bytes=lots\n");
+        let error = BrokerConfig::from_properties(&bad).unwrap_err();
+        assert!(error.0.contains("log.segment.bytes"), "{error}");
+        let bad = parse_properties("broker.id=x\n");
+        assert!(BrokerConfig::from_properties(&bad)
+            .unwrap_err()
+            .0
+            .contains("broker.id"));
+    }
+}
