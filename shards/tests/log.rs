@@ -144,7 +144,9 @@ fn log_append_time_replaces_the_timestamp() {
     let dir = tempfile::tempdir().unwrap();
     run(async {
         let mut config = LogConfig::default();
-        config.set("message.timestamp.type", "LogAppendTime").unwrap();
+        config
+            .set("message.timestamp.type", "LogAppendTime")
+            .unwrap();
         let log = open_log(dir.path(), config, 0, false).await;
         let info = log
             .append_as_leader(batch(0, 3, 10, 42), 0, 777_000)

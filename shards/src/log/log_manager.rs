@@ -195,11 +195,7 @@ impl LogManager {
         });
     }
 
-    fn spawn_periodic(
-        self: &Rc<Self>,
-        interval_ms: u64,
-        work: fn(Rc<Self>) -> PeriodicWork,
-    ) {
+    fn spawn_periodic(self: &Rc<Self>, interval_ms: u64, work: fn(Rc<Self>) -> PeriodicWork) {
         let manager = self.clone();
         glommio::spawn_local(async move {
             // Kafka's "never" (Long.MAX_VALUE) sleeps for a year at a time.
