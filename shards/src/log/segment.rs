@@ -331,44 +331,50 @@ impl LogSegment {
     /// `index.interval.bytes` were written since the last entry.
     pub async fn append(&self, records: Vec<u8>, batches: &[AppendedBatch]) -> io::Result<()> {
         assert!(!batches.is_empty());
+        assert!(
+            batches[0].header.base_offset >= self.next_offset(),
+            "offsets go backwards"
+        );
         let start = self.size_bytes();
         let len = records.len() as u64;
+        self.log.write_all_at(records, start).await?;
+        // Only written bytes become visible: readers bound themselves by the
+        // segment's size and next offset.
         for batch in batches {
-            let header = &batch.header;
-            assert!(
-                header.base_offset >= self.next_offset(),
-                "offsets go backwards"
-            );
-            if self.rolling_based_timestamp.get().is_none() {
-                self.rolling_based_timestamp.set(Some(header.max_timestamp));
-            }
-            if header.max_timestamp > self.max_timestamp() {
-                self.max_timestamp_so_far.set(TimestampOffset {
-                    timestamp: header.max_timestamp,
-                    offset: header.last_offset(),
-                });
-            }
-            if self.bytes_since_last_index_entry.get() > self.index_interval_bytes {
-                let position = (start + batch.position_in_buffer as u64) as u32;
-                self.offset_index.borrow_mut().push(OffsetPosition {
-                    offset: header.last_offset(),
-                    position,
-                });
-                self.time_index
-                    .borrow_mut()
-                    .maybe_push(self.max_timestamp_and_offset());
-                self.bytes_since_last_index_entry.set(0);
-            }
-            self.bytes_since_last_index_entry
-                .set(self.bytes_since_last_index_entry.get() + header.size_bytes() as u64);
-            self.next_offset.set(header.next_offset());
+            self.account_batch(&batch.header, start + batch.position_in_buffer as u64);
         }
         self.size_bytes.set(start + len);
-        self.log.write_all_at(records, start).await?;
         if self.offset_index.borrow().pending_entries() >= INDEX_WRITE_BATCH_ENTRIES {
             self.write_pending_index_entries().await?;
         }
         Ok(())
+    }
+
+    /// Kafka's per-batch bookkeeping: timestamps, and an index entry once more
+    /// than `index.interval.bytes` went by since the last one.
+    fn account_batch(&self, header: &RecordBatchHeader, position: u64) {
+        if self.rolling_based_timestamp.get().is_none() {
+            self.rolling_based_timestamp.set(Some(header.max_timestamp));
+        }
+        if header.max_timestamp > self.max_timestamp() {
+            self.max_timestamp_so_far.set(TimestampOffset {
+                timestamp: header.max_timestamp,
+                offset: header.last_offset(),
+            });
+        }
+        if self.bytes_since_last_index_entry.get() > self.index_interval_bytes {
+            self.offset_index.borrow_mut().push(OffsetPosition {
+                offset: header.last_offset(),
+                position: position as u32,
+            });
+            self.time_index
+                .borrow_mut()
+                .maybe_push(self.max_timestamp_and_offset());
+            self.bytes_since_last_index_entry.set(0);
+        }
+        self.bytes_since_last_index_entry
+            .set(self.bytes_since_last_index_entry.get() + header.size_bytes() as u64);
+        self.next_offset.set(header.next_offset());
     }
 
     /// Brings both index files up to date with the in-memory entries.
@@ -544,31 +550,9 @@ impl LogSegment {
             if validate_batch(batch).is_err() || header.base_offset < self.next_offset() {
                 break;
             }
-            let size = header.size_bytes();
-            if header.max_timestamp > self.max_timestamp() {
-                self.max_timestamp_so_far.set(TimestampOffset {
-                    timestamp: header.max_timestamp,
-                    offset: header.last_offset(),
-                });
-            }
-            if self.rolling_based_timestamp.get().is_none() {
-                self.rolling_based_timestamp.set(Some(header.max_timestamp));
-            }
-            if self.bytes_since_last_index_entry.get() > self.index_interval_bytes {
-                self.offset_index.borrow_mut().push(OffsetPosition {
-                    offset: header.last_offset(),
-                    position: position as u32,
-                });
-                self.time_index
-                    .borrow_mut()
-                    .maybe_push(self.max_timestamp_and_offset());
-                self.bytes_since_last_index_entry.set(0);
-            }
-            self.bytes_since_last_index_entry
-                .set(self.bytes_since_last_index_entry.get() + size as u64);
-            self.next_offset.set(header.next_offset());
+            self.account_batch(&header, position);
             epochs.push((header.partition_leader_epoch, header.base_offset));
-            position += size as u64;
+            position += header.size_bytes() as u64;
         }
         let valid_bytes = position;
         let offset_file = self.offset_index.borrow().file().clone();
