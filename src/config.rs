@@ -1,6 +1,7 @@
 //! `server.properties`: Kafka's key names and defaults, plus ringbroker's own.
 
 use std::collections::BTreeMap;
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 
 use shards::log::{LogConfig, LogManagerConfig};
@@ -24,6 +25,7 @@ const BROKER_KEYS: &[&str] = &[
     "log.cleaner.enable",
     "log.cleaner.backoff.ms",
     "log.cleaner.dedupe.buffer.size",
+    "socket.request.max.bytes",
     "ringbroker.cores",
 ];
 
@@ -59,7 +61,16 @@ const LOG_DEFAULT_KEYS: &[(&str, &str)] = &[
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {
     pub broker_id: i32,
-    pub listeners: String,
+    /// Where the client listener binds.
+    pub listener: SocketAddr,
+    /// What clients are told to connect to (`advertised.listeners`, else the listener).
+    pub advertised_host: String,
+    pub advertised_port: u16,
+    pub num_partitions: i32,
+    pub default_replication_factor: i16,
+    pub min_insync_replicas: i32,
+    pub auto_create_topics_enable: bool,
+    pub socket_request_max_bytes: usize,
     pub log_dirs: Vec<PathBuf>,
     pub cores: Vec<usize>,
     pub log_defaults: LogConfig,
@@ -200,17 +211,67 @@ impl BrokerConfig {
                 defaults.cleaner_dedupe_buffer_bytes as u64,
             )? as usize,
         };
+        let (listen_host, listen_port) =
+            parse_listener("listeners", get("listeners").unwrap_or("PLAINTEXT://:9092"))?;
+        let listener = format!(
+            "{}:{listen_port}",
+            if listen_host.is_empty() {
+                "0.0.0.0"
+            } else {
+                &listen_host
+            }
+        )
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut addresses| addresses.next())
+        .ok_or_else(|| {
+            ConfigError(format!(
+                "invalid value for listeners: cannot resolve {listen_host:?}"
+            ))
+        })?;
+        let (advertised_host, advertised_port) = match get("advertised.listeners") {
+            Some(value) => parse_listener("advertised.listeners", value)?,
+            None if listen_host.is_empty() => ("127.0.0.1".to_owned(), listen_port),
+            None => (listen_host, listen_port),
+        };
+        let min_insync_replicas =
+            get("min.insync.replicas").map_or(Ok(1), |v| parse("min.insync.replicas", v))?;
+        if min_insync_replicas < 1 {
+            return Err(ConfigError(
+                "invalid value for min.insync.replicas: must be at least 1".into(),
+            ));
+        }
         Ok(Self {
             broker_id: get("broker.id").map_or(Ok(0), |v| parse("broker.id", v))?,
-            listeners: get("listeners")
-                .unwrap_or("PLAINTEXT://127.0.0.1:9092")
-                .to_owned(),
+            listener,
+            advertised_host,
+            advertised_port,
+            num_partitions: get("num.partitions").map_or(Ok(1), |v| parse("num.partitions", v))?,
+            default_replication_factor: get("default.replication.factor")
+                .map_or(Ok(1), |v| parse("default.replication.factor", v))?,
+            min_insync_replicas,
+            auto_create_topics_enable: get("auto.create.topics.enable")
+                .map_or(Ok(true), |v| parse("auto.create.topics.enable", v))?,
+            socket_request_max_bytes: get("socket.request.max.bytes")
+                .map_or(Ok(104_857_600), |v| parse("socket.request.max.bytes", v))?,
             log_dirs,
             cores,
             log_defaults,
             log_manager,
         })
     }
+}
+
+/// `PLAINTEXT://host:port` (only the PLAINTEXT listener is served).
+fn parse_listener(key: &str, value: &str) -> Result<(String, u16), ConfigError> {
+    let invalid = |why: &str| ConfigError(format!("invalid value {value:?} for {key}: {why}"));
+    let first = value.split(',').next().unwrap_or("").trim();
+    let rest = first
+        .strip_prefix("PLAINTEXT://")
+        .ok_or_else(|| invalid("only PLAINTEXT://host:port is supported"))?;
+    let (host, port) = rest.rsplit_once(':').ok_or_else(|| invalid("no port"))?;
+    let port = port.parse().map_err(|_| invalid("bad port"))?;
+    Ok((host.trim_matches(['[', ']']).to_owned(), port))
 }
 
 #[cfg(test)]
@@ -234,6 +295,13 @@ mod tests {
         let bad = parse_properties("log.segment.bytes=lots\n");
         let error = BrokerConfig::from_properties(&bad).unwrap_err();
         assert!(error.0.contains("log.segment.bytes"), "{error}");
+        assert_eq!(config.listener.port(), 9092);
+        assert_eq!(config.advertised_host, "127.0.0.1");
+        let bad = parse_properties("listeners=SSL://:9093\n");
+        assert!(BrokerConfig::from_properties(&bad)
+            .unwrap_err()
+            .0
+            .contains("listeners"));
         let bad = parse_properties("broker.id=x\n");
         assert!(BrokerConfig::from_properties(&bad)
             .unwrap_err()

@@ -2,17 +2,17 @@
 //! core on io_uring.
 
 mod config;
+mod controller;
+mod handlers;
+mod metadata;
+mod network;
+mod protocol;
+mod server;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use shards::log::{LogDirs, LogManager};
-use shards::runtime::{spawn_shards, ShardPlacement, ShardRuntimeConfig, ShardStart};
 use tracing::{error, info};
 
 use crate::config::BrokerConfig;
@@ -39,14 +39,6 @@ enum Command {
         overrides: Vec<String>,
     },
 }
-
-/// What each shard owns.
-struct ShardState {
-    log_manager: Rc<LogManager>,
-}
-
-/// How often a shard looks for the shutdown signal.
-const STOP_POLL_INTERVAL: Duration = Duration::from_millis(50);
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
@@ -96,73 +88,14 @@ fn wait_for_shutdown_signal(set: &libc::sigset_t) -> i32 {
 fn start(config_path: PathBuf, overrides: Vec<String>) -> Result<(), Box<dyn std::error::Error>> {
     let config = BrokerConfig::load(&config_path, &overrides)?;
     let signals = block_shutdown_signals();
-    let dirs = LogDirs::open(&config.log_dirs);
-    let placement = Arc::new(ShardPlacement::load(&config.log_dirs, config.cores.len())?);
-    for (_, tp) in dirs.partitions() {
-        placement.assign(&tp)?;
-    }
-    let stop = Arc::new(AtomicBool::new(false));
-    let runtime = ShardRuntimeConfig::for_cores(config.cores.clone());
-    let shard_config = config.clone();
-    let shard_dirs = dirs.clone();
-    let shard_stop = stop.clone();
-    let max_in_flight_mesh_jobs = runtime.max_in_flight_mesh_jobs;
-    let handles =
-        spawn_shards::<ShardState, _, _, ()>(&runtime, move |start: ShardStart<ShardState>| {
-            let (config, dirs, placement, stop) = (
-                shard_config.clone(),
-                shard_dirs.clone(),
-                placement.clone(),
-                shard_stop.clone(),
-            );
-            async move {
-                let log_manager =
-                    LogManager::new(start.shard_id, dirs.clone(), config.log_manager.clone());
-                let defaults = Rc::new(config.log_defaults.clone());
-                for (_, tp) in dirs.partitions() {
-                    if placement.shard_of(&tp) == Some(start.shard_id) {
-                        if let Err(error) =
-                            log_manager.get_or_create_log(&tp, defaults.clone()).await
-                        {
-                            error!(partition = %tp, %error, "cannot load partition");
-                        }
-                    }
-                }
-                let state = Rc::new(ShardState {
-                    log_manager: log_manager.clone(),
-                });
-                let mesh = start
-                    .mesh
-                    .connect(state.clone(), max_in_flight_mesh_jobs)
-                    .await;
-                state.log_manager.start_background_tasks();
-                info!(
-                    shard = start.shard_id,
-                    partitions = state.log_manager.logs().len(),
-                    "shard ready"
-                );
-                while !stop.load(Ordering::Acquire) {
-                    glommio::timer::sleep(STOP_POLL_INTERVAL).await;
-                }
-                state.log_manager.shutdown().await;
-                mesh.close();
-            }
-        })?;
-    info!(
-        broker_id = config.broker_id,
-        shards = config.cores.len(),
-        log_dirs = ?config.log_dirs,
-        "ringbroker storage is ready; the Kafka protocol listener ({}) is not implemented yet",
-        config.listeners
+    let (listener, advertised) = (
+        config.listener,
+        format!("{}:{}", config.advertised_host, config.advertised_port),
     );
+    let (broker_id, shards) = (config.broker_id, config.cores.len());
+    let broker = server::start(config)?;
+    info!(broker_id, shards, %listener, %advertised, "ringbroker is ready");
     let signal = wait_for_shutdown_signal(&signals);
     info!(signal, "shutting down");
-    stop.store(true, Ordering::Release);
-    for handle in handles {
-        handle.join().map_err(|error| error.to_string())?;
-    }
-    dirs.write_checkpoints()?;
-    dirs.mark_clean_shutdown()?;
-    info!("shut down cleanly");
-    Ok(())
+    broker.stop()
 }

@@ -183,6 +183,39 @@ impl LogConfig {
         Ok(())
     }
 
+    /// The value of a topic-level key as Kafka prints it.
+    pub fn value_of(&self, name: &str) -> Option<String> {
+        Some(match name {
+            "segment.bytes" => self.segment_bytes.to_string(),
+            "segment.ms" => self.segment_ms.to_string(),
+            "segment.index.bytes" => self.segment_index_bytes.to_string(),
+            "index.interval.bytes" => self.index_interval_bytes.to_string(),
+            "flush.messages" => self.flush_messages.to_string(),
+            "flush.ms" => self.flush_ms.to_string(),
+            "retention.ms" => self.retention_ms.to_string(),
+            "retention.bytes" => self.retention_bytes.to_string(),
+            "cleanup.policy" => match (self.cleanup_policy.compact, self.cleanup_policy.delete) {
+                (true, true) => "compact,delete",
+                (true, false) => "compact",
+                (false, true) => "delete",
+                (false, false) => "",
+            }
+            .to_owned(),
+            "delete.retention.ms" => self.delete_retention_ms.to_string(),
+            "min.compaction.lag.ms" => self.min_compaction_lag_ms.to_string(),
+            "min.cleanable.dirty.ratio" => self.min_cleanable_dirty_ratio.to_string(),
+            "max.message.bytes" => self.max_message_bytes.to_string(),
+            "message.timestamp.type" => match self.message_timestamp_type {
+                TimestampPolicy::CreateTime => "CreateTime",
+                TimestampPolicy::LogAppendTime => "LogAppendTime",
+            }
+            .to_owned(),
+            "message.timestamp.before.max.ms" => self.message_timestamp_before_max_ms.to_string(),
+            "message.timestamp.after.max.ms" => self.message_timestamp_after_max_ms.to_string(),
+            _ => return None,
+        })
+    }
+
     /// Entries a full `.index` holds.
     pub fn max_index_entries(&self) -> usize {
         (self.segment_index_bytes / 8) as usize
@@ -204,6 +237,10 @@ mod tests {
         assert_eq!(error.name, "retention.ms");
         assert!(config.set("message.timestamp.type", "Wallclock").is_err());
         for name in TOPIC_CONFIG_NAMES {
+            let value = config.value_of(name).expect("every honoured key prints");
+            let mut copy = config.clone();
+            copy.set(name, &value).unwrap();
+            assert_eq!(copy, config, "{name} round-trips");
             assert!(
                 !matches!(config.set(name, "x"), Err(ConfigError { ref reason, .. }) if reason == "unknown topic config"),
                 "{name} not handled"

@@ -1,0 +1,735 @@
+//! `KafkaController`: the one place cluster metadata changes. It keeps Kafka's
+//! ZooKeeper layout (`/brokers/ids`, `/brokers/topics/<t>`, partition `state`
+//! znodes, `/config/topics`, `/admin/delete_topics`, `/controller`,
+//! `/controller_epoch`, `/cluster/id`) in the metadata store and builds the
+//! metadata image from it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+use shards::log::LogConfig;
+use tracing::info;
+use uuid::Uuid;
+
+use crate::metadata::image::{
+    kafka_uuid_string, parse_kafka_uuid, BrokerEndpoint, MetadataImage, PartitionImage, TopicImage,
+};
+use crate::metadata::store::{CreateMode, EmbeddedStore, StoreError, WatchKind};
+use crate::protocol::error_code;
+
+/// A request's failure: Kafka's error code and a message for the client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    pub code: i16,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(code: i16, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(error: StoreError) -> Self {
+        ApiError::new(error_code::UNKNOWN_SERVER_ERROR, error.to_string())
+    }
+}
+
+/// Broker-wide defaults for new topics.
+#[derive(Debug, Clone)]
+pub struct TopicDefaults {
+    pub num_partitions: i32,
+    pub default_replication_factor: i16,
+    pub log_config: LogConfig,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct NewTopic {
+    pub name: String,
+    /// -1: `num.partitions`.
+    pub num_partitions: i32,
+    /// -1: `default.replication.factor`.
+    pub replication_factor: i16,
+    /// Explicit replica assignment, partition by partition.
+    pub assignments: Vec<Vec<i32>>,
+    pub configs: Vec<(String, Option<String>)>,
+}
+
+/// How a config alteration applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigOp {
+    Set,
+    Delete,
+}
+
+const MAX_TOPIC_NAME_LENGTH: usize = 249;
+
+pub fn validate_topic_name(name: &str) -> Result<(), ApiError> {
+    let legal = !name.is_empty()
+        && name != "."
+        && name != ".."
+        && name.len() <= MAX_TOPIC_NAME_LENGTH
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-');
+    if legal {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            error_code::INVALID_TOPIC_EXCEPTION,
+            format!("topic name {name:?} is illegal: up to 249 of [a-zA-Z0-9._-], not '.' or '..'"),
+        ))
+    }
+}
+
+pub struct KafkaController {
+    store: EmbeddedStore,
+    broker: BrokerEndpoint,
+    defaults: TopicDefaults,
+    controller_epoch: i32,
+    cluster_id: String,
+}
+
+fn topic_path(topic: &str) -> String {
+    format!("/brokers/topics/{topic}")
+}
+fn partition_state_path(topic: &str, partition: usize) -> String {
+    format!("/brokers/topics/{topic}/partitions/{partition}/state")
+}
+fn config_path(topic: &str) -> String {
+    format!("/config/topics/{topic}")
+}
+fn now_ms_string() -> String {
+    shards::log::wall_clock_ms().to_string()
+}
+
+impl KafkaController {
+    /// Registers this broker, becomes the controller (the only broker of an
+    /// embedded store always wins the election) and bumps the controller epoch.
+    pub fn startup(
+        mut store: EmbeddedStore,
+        broker: BrokerEndpoint,
+        defaults: TopicDefaults,
+    ) -> Result<Self, StoreError> {
+        for path in [
+            "/brokers/ids",
+            "/brokers/topics",
+            "/config/topics",
+            "/admin/delete_topics",
+            "/isr_change_notification",
+        ] {
+            if !store.exists(path) {
+                store.create_recursive(path, b"", CreateMode::Persistent)?;
+            }
+        }
+        let cluster_id = match store.get("/cluster/id") {
+            Some((data, _)) => serde_json::from_slice::<Value>(&data)
+                .ok()
+                .and_then(|v| v["id"].as_str().map(str::to_owned))
+                .unwrap_or_default(),
+            None => {
+                let id = kafka_uuid_string(&Uuid::new_v4());
+                let data = json!({"version": "1", "id": id}).to_string();
+                store.create_recursive("/cluster/id", data.as_bytes(), CreateMode::Persistent)?;
+                id
+            }
+        };
+        let registration = json!({
+            "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
+            "endpoints": [format!("PLAINTEXT://{}:{}", broker.host, broker.port)],
+            "jmx_port": -1,
+            "features": {},
+            "host": broker.host,
+            "port": broker.port,
+            "timestamp": now_ms_string(),
+            "version": 5,
+        });
+        store.create(
+            &format!("/brokers/ids/{}", broker.id),
+            registration.to_string().as_bytes(),
+            CreateMode::Ephemeral,
+        )?;
+        let controller = json!({"version": 2, "brokerid": broker.id, "timestamp": now_ms_string(), "kraftControllerEpoch": -1});
+        store.create(
+            "/controller",
+            controller.to_string().as_bytes(),
+            CreateMode::Ephemeral,
+        )?;
+        let controller_epoch = match store.get("/controller_epoch") {
+            Some((data, version)) => {
+                let epoch = String::from_utf8_lossy(&data)
+                    .trim()
+                    .parse::<i32>()
+                    .unwrap_or(0)
+                    + 1;
+                store.set_data(
+                    "/controller_epoch",
+                    epoch.to_string().as_bytes(),
+                    Some(version),
+                )?;
+                epoch
+            }
+            None => {
+                store.create("/controller_epoch", b"1", CreateMode::Persistent)?;
+                1
+            }
+        };
+        store.watch("/admin/delete_topics", WatchKind::Children);
+        info!(
+            broker = broker.id,
+            controller_epoch, cluster_id, "became the controller"
+        );
+        let mut controller = Self {
+            store,
+            broker,
+            defaults,
+            controller_epoch,
+            cluster_id,
+        };
+        // Finish deletions a crash interrupted.
+        controller.process_topic_deletions()?;
+        Ok(controller)
+    }
+
+    pub fn create_topics(
+        &mut self,
+        topics: &[NewTopic],
+        validate_only: bool,
+    ) -> Vec<Result<(i32, i16), ApiError>> {
+        topics
+            .iter()
+            .map(|topic| self.create_topic(topic, validate_only))
+            .collect()
+    }
+
+    fn create_topic(
+        &mut self,
+        topic: &NewTopic,
+        validate_only: bool,
+    ) -> Result<(i32, i16), ApiError> {
+        validate_topic_name(&topic.name)?;
+        if self.store.exists(&topic_path(&topic.name)) {
+            return Err(ApiError::new(
+                error_code::TOPIC_ALREADY_EXISTS,
+                format!("topic '{}' already exists", topic.name),
+            ));
+        }
+        let live_brokers = self.store.children("/brokers/ids")?.len();
+        let assignments: Vec<Vec<i32>> = if topic.assignments.is_empty() {
+            let partitions = if topic.num_partitions == -1 {
+                self.defaults.num_partitions
+            } else {
+                topic.num_partitions
+            };
+            let replication_factor = if topic.replication_factor == -1 {
+                self.defaults.default_replication_factor
+            } else {
+                topic.replication_factor
+            };
+            if partitions <= 0 {
+                return Err(ApiError::new(
+                    error_code::INVALID_PARTITIONS,
+                    "number of partitions must be larger than 0",
+                ));
+            }
+            if replication_factor <= 0 || replication_factor as usize > live_brokers {
+                return Err(ApiError::new(
+                    error_code::INVALID_REPLICATION_FACTOR,
+                    format!("replication factor: {replication_factor} larger than available brokers: {live_brokers}"),
+                ));
+            }
+            (0..partitions)
+                .map(|_| vec![self.broker.id; replication_factor as usize])
+                .collect()
+        } else {
+            if topic.num_partitions != -1 || topic.replication_factor != -1 {
+                return Err(ApiError::new(
+                    error_code::INVALID_REQUEST,
+                    "both replica assignment and partitions/replication factor were given",
+                ));
+            }
+            for replicas in &topic.assignments {
+                if replicas.is_empty()
+                    || replicas
+                        .iter()
+                        .any(|b| !self.store.exists(&format!("/brokers/ids/{b}")))
+                {
+                    return Err(ApiError::new(
+                        error_code::INVALID_REPLICA_ASSIGNMENT,
+                        format!("replica assignment {replicas:?} names an unknown broker"),
+                    ));
+                }
+            }
+            topic.assignments.clone()
+        };
+        let mut overrides = BTreeMap::new();
+        let mut log_config = self.defaults.log_config.clone();
+        for (key, value) in &topic.configs {
+            let Some(value) = value else { continue };
+            log_config
+                .set(key, value)
+                .map_err(|error| ApiError::new(error_code::INVALID_CONFIG, error.to_string()))?;
+            overrides.insert(key.clone(), value.clone());
+        }
+        let replication_factor = assignments[0].len() as i16;
+        if validate_only {
+            return Ok((assignments.len() as i32, replication_factor));
+        }
+        let id = Uuid::new_v4();
+        let partitions: serde_json::Map<String, Value> = assignments
+            .iter()
+            .enumerate()
+            .map(|(p, replicas)| (p.to_string(), json!(replicas)))
+            .collect();
+        let config = json!({"version": 1, "config": overrides});
+        self.store.create_recursive(
+            &config_path(&topic.name),
+            config.to_string().as_bytes(),
+            CreateMode::Persistent,
+        )?;
+        let assignment = json!({
+            "version": 3,
+            "topic_id": kafka_uuid_string(&id),
+            "partitions": partitions,
+            "adding_replicas": {},
+            "removing_replicas": {},
+        });
+        // The topic znode first: partition states are its children.
+        self.store.create(
+            &topic_path(&topic.name),
+            assignment.to_string().as_bytes(),
+            CreateMode::Persistent,
+        )?;
+        self.write_partition_states(&topic.name, &assignments, 0)?;
+        info!(
+            topic = topic.name,
+            partitions = assignments.len(),
+            replication_factor,
+            "created topic"
+        );
+        Ok((assignments.len() as i32, replication_factor))
+    }
+
+    /// Writes a leader-and-ISR state for partitions `from..`, the first live
+    /// replica leading, as the controller does for new partitions.
+    fn write_partition_states(
+        &mut self,
+        topic: &str,
+        assignments: &[Vec<i32>],
+        from: usize,
+    ) -> Result<(), StoreError> {
+        for (partition, replicas) in assignments.iter().enumerate().skip(from) {
+            let state = json!({
+                "controller_epoch": self.controller_epoch,
+                "leader": replicas[0],
+                "version": 1,
+                "leader_epoch": 0,
+                "isr": replicas,
+            });
+            self.store.create_recursive(
+                &partition_state_path(topic, partition),
+                state.to_string().as_bytes(),
+                CreateMode::Persistent,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Marks topics for deletion under `/admin/delete_topics` and lets the
+    /// deletion watch do the work, as Kafka's controller does.
+    pub fn delete_topics(&mut self, names: &[String]) -> Vec<Result<(), ApiError>> {
+        let results = names
+            .iter()
+            .map(|name| {
+                if !self.store.exists(&topic_path(name)) {
+                    return Err(ApiError::new(
+                        error_code::UNKNOWN_TOPIC_OR_PARTITION,
+                        format!("topic '{name}' does not exist"),
+                    ));
+                }
+                let marker = format!("/admin/delete_topics/{name}");
+                match self.store.create(&marker, b"", CreateMode::Persistent) {
+                    Ok(()) | Err(StoreError::NodeExists(_)) => Ok(()),
+                    Err(error) => Err(error.into()),
+                }
+            })
+            .collect();
+        if let Err(error) = self.process_topic_deletions() {
+            tracing::error!(%error, "topic deletion failed");
+        }
+        results
+    }
+
+    fn process_topic_deletions(&mut self) -> Result<(), StoreError> {
+        let fired = self.store.take_fired_watches();
+        let pending = self.store.children("/admin/delete_topics")?;
+        if !fired.is_empty() || !pending.is_empty() {
+            for name in pending {
+                if self.store.exists(&topic_path(&name)) {
+                    self.store.delete_recursive(&topic_path(&name))?;
+                }
+                if self.store.exists(&config_path(&name)) {
+                    self.store.delete(&config_path(&name), None)?;
+                }
+                self.store
+                    .delete(&format!("/admin/delete_topics/{name}"), None)?;
+                info!(topic = name, "deleted topic");
+            }
+            self.store.take_fired_watches();
+        }
+        self.store
+            .watch("/admin/delete_topics", WatchKind::Children);
+        Ok(())
+    }
+
+    /// Grows a topic to `count` partitions.
+    pub fn create_partitions(
+        &mut self,
+        topic: &str,
+        count: i32,
+        assignments: Option<Vec<Vec<i32>>>,
+        validate_only: bool,
+    ) -> Result<(), ApiError> {
+        let (data, version) = self.store.get(&topic_path(topic)).ok_or_else(|| {
+            ApiError::new(
+                error_code::UNKNOWN_TOPIC_OR_PARTITION,
+                format!("topic '{topic}' does not exist"),
+            )
+        })?;
+        let mut assignment: Value = serde_json::from_slice(&data)
+            .map_err(|e| ApiError::new(error_code::UNKNOWN_SERVER_ERROR, e.to_string()))?;
+        let current = assignment["partitions"].as_object().map_or(0, |p| p.len());
+        if count as usize <= current {
+            return Err(ApiError::new(
+                error_code::INVALID_PARTITIONS,
+                format!(
+                    "topic currently has {current} partitions, {count} would not be an increase"
+                ),
+            ));
+        }
+        let replication_factor = assignment["partitions"]["0"]
+            .as_array()
+            .map_or(1, |r| r.len());
+        let new: Vec<Vec<i32>> = match assignments {
+            Some(explicit) => {
+                if explicit.len() != count as usize - current {
+                    return Err(ApiError::new(
+                        error_code::INVALID_REPLICA_ASSIGNMENT,
+                        "assignment count does not match the new partitions",
+                    ));
+                }
+                explicit
+            }
+            None => (current..count as usize)
+                .map(|_| vec![self.broker.id; replication_factor])
+                .collect(),
+        };
+        if validate_only {
+            return Ok(());
+        }
+        let mut all: Vec<Vec<i32>> = vec![Vec::new(); current];
+        for (offset, replicas) in new.iter().enumerate() {
+            assignment["partitions"][(current + offset).to_string()] = json!(replicas);
+            all.push(replicas.clone());
+        }
+        self.write_partition_states(topic, &all, current)?;
+        self.store.set_data(
+            &topic_path(topic),
+            assignment.to_string().as_bytes(),
+            Some(version),
+        )?;
+        info!(topic, partitions = count, "added partitions");
+        Ok(())
+    }
+
+    /// Applies config changes to a topic (AlterConfigs replaces all overrides;
+    /// IncrementalAlterConfigs applies each operation).
+    pub fn alter_topic_config(
+        &mut self,
+        topic: &str,
+        changes: &[(String, ConfigOp, Option<String>)],
+        replace_all: bool,
+        validate_only: bool,
+    ) -> Result<(), ApiError> {
+        if !self.store.exists(&topic_path(topic)) {
+            return Err(ApiError::new(
+                error_code::UNKNOWN_TOPIC_OR_PARTITION,
+                format!("topic '{topic}' does not exist"),
+            ));
+        }
+        let (data, version) = self.store.get(&config_path(topic)).unwrap_or_default();
+        let mut overrides: BTreeMap<String, String> = if replace_all {
+            BTreeMap::new()
+        } else {
+            serde_json::from_slice::<Value>(&data)
+                .ok()
+                .and_then(|v| serde_json::from_value(v["config"].clone()).ok())
+                .unwrap_or_default()
+        };
+        for (key, op, value) in changes {
+            match (op, value) {
+                (ConfigOp::Set, Some(value)) => {
+                    overrides.insert(key.clone(), value.clone());
+                }
+                (ConfigOp::Set, None) | (ConfigOp::Delete, _) => {
+                    overrides.remove(key);
+                }
+            }
+        }
+        let mut log_config = self.defaults.log_config.clone();
+        for (key, value) in &overrides {
+            log_config
+                .set(key, value)
+                .map_err(|error| ApiError::new(error_code::INVALID_CONFIG, error.to_string()))?;
+        }
+        if validate_only {
+            return Ok(());
+        }
+        let config = json!({"version": 1, "config": overrides});
+        if self.store.exists(&config_path(topic)) {
+            self.store.set_data(
+                &config_path(topic),
+                config.to_string().as_bytes(),
+                Some(version),
+            )?;
+        } else {
+            self.store.create_recursive(
+                &config_path(topic),
+                config.to_string().as_bytes(),
+                CreateMode::Persistent,
+            )?;
+        }
+        Ok(())
+    }
+
+    pub fn defaults(&self) -> &TopicDefaults {
+        &self.defaults
+    }
+
+    /// Reads the whole tree into an image.
+    pub fn build_image(&self, version: u64) -> MetadataImage {
+        let mut image = MetadataImage::empty();
+        image.version = version;
+        image.cluster_id = self.cluster_id.clone();
+        image.controller_id = self.broker.id;
+        for id in self.store.children("/brokers/ids").unwrap_or_default() {
+            let Some((data, _)) = self.store.get(&format!("/brokers/ids/{id}")) else {
+                continue;
+            };
+            let Ok(value) = serde_json::from_slice::<Value>(&data) else {
+                continue;
+            };
+            if let (Ok(id), Some(host), Some(port)) = (
+                id.parse::<i32>(),
+                value["host"].as_str(),
+                value["port"].as_u64(),
+            ) {
+                image.brokers.insert(
+                    id,
+                    BrokerEndpoint {
+                        id,
+                        host: host.to_owned(),
+                        port: port as u16,
+                    },
+                );
+            }
+        }
+        for name in self.store.children("/brokers/topics").unwrap_or_default() {
+            let Some((data, _)) = self.store.get(&topic_path(&name)) else {
+                continue;
+            };
+            let Ok(assignment) = serde_json::from_slice::<Value>(&data) else {
+                continue;
+            };
+            let id = assignment["topic_id"]
+                .as_str()
+                .and_then(parse_kafka_uuid)
+                .unwrap_or_else(Uuid::nil);
+            let count = assignment["partitions"].as_object().map_or(0, |p| p.len());
+            let mut partitions = Vec::with_capacity(count);
+            for p in 0..count {
+                let replicas: Vec<i32> =
+                    serde_json::from_value(assignment["partitions"][p.to_string()].clone())
+                        .unwrap_or_default();
+                let state = self
+                    .store
+                    .get(&partition_state_path(&name, p))
+                    .and_then(|(data, _)| serde_json::from_slice::<Value>(&data).ok())
+                    .unwrap_or(Value::Null);
+                partitions.push(PartitionImage {
+                    leader: state["leader"].as_i64().unwrap_or(-1) as i32,
+                    leader_epoch: state["leader_epoch"].as_i64().unwrap_or(0) as i32,
+                    isr: serde_json::from_value(state["isr"].clone()).unwrap_or_default(),
+                    replicas,
+                    shard: None,
+                });
+            }
+            let config_overrides: BTreeMap<String, String> = self
+                .store
+                .get(&config_path(&name))
+                .and_then(|(data, _)| serde_json::from_slice::<Value>(&data).ok())
+                .and_then(|v| serde_json::from_value(v["config"].clone()).ok())
+                .unwrap_or_default();
+            let mut log_config = self.defaults.log_config.clone();
+            for (key, value) in &config_overrides {
+                // Validated when written; a key this version does not know is kept
+                // for DescribeConfigs but has no effect.
+                let _ = log_config.set(key, value);
+            }
+            image.topic_ids.insert(id, name.clone());
+            image.topics.insert(
+                name.clone(),
+                Arc::new(TopicImage {
+                    name,
+                    id,
+                    partitions,
+                    config_overrides,
+                    log_config: Arc::new(log_config),
+                }),
+            );
+        }
+        image
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn controller(dir: &std::path::Path) -> KafkaController {
+        let store = EmbeddedStore::open(dir).unwrap();
+        KafkaController::startup(
+            store,
+            BrokerEndpoint {
+                id: 0,
+                host: "127.0.0.1".into(),
+                port: 9092,
+            },
+            TopicDefaults {
+                num_partitions: 1,
+                default_replication_factor: 1,
+                log_config: LogConfig::default(),
+            },
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn topics_are_created_altered_grown_and_deleted_in_kafkas_layout() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = controller(dir.path());
+        let topic = NewTopic {
+            name: "orders".into(),
+            num_partitions: 3,
+            replication_factor: -1,
+            configs: vec![("cleanup.policy".into(), Some("compact".into()))],
+            ..NewTopic::default()
+        };
+        assert_eq!(c.create_topics(&[topic.clone()], false), vec![Ok((3, 1))]);
+        assert_eq!(
+            c.create_topics(&[topic], false)[0]
+                .as_ref()
+                .unwrap_err()
+                .code,
+            error_code::TOPIC_ALREADY_EXISTS
+        );
+        let bad = NewTopic {
+            name: "bad/name".into(),
+            num_partitions: 1,
+            replication_factor: 1,
+            ..NewTopic::default()
+        };
+        assert_eq!(
+            c.create_topics(&[bad], false)[0].as_ref().unwrap_err().code,
+            error_code::INVALID_TOPIC_EXCEPTION
+        );
+        let too_many = NewTopic {
+            name: "rf".into(),
+            num_partitions: 1,
+            replication_factor: 3,
+            ..NewTopic::default()
+        };
+        assert_eq!(
+            c.create_topics(&[too_many], false)[0]
+                .as_ref()
+                .unwrap_err()
+                .code,
+            error_code::INVALID_REPLICATION_FACTOR
+        );
+        let bad_config = NewTopic {
+            name: "cfg".into(),
+            num_partitions: 1,
+            replication_factor: 1,
+            configs: vec![("retention.ms".into(), Some("soon".into()))],
+            ..NewTopic::default()
+        };
+        assert_eq!(
+            c.create_topics(&[bad_config], false)[0]
+                .as_ref()
+                .unwrap_err()
+                .code,
+            error_code::INVALID_CONFIG
+        );
+
+        let state: Value = serde_json::from_slice(
+            &c.store
+                .get("/brokers/topics/orders/partitions/2/state")
+                .unwrap()
+                .0,
+        )
+        .unwrap();
+        assert_eq!(state["leader"], 0);
+        assert_eq!(state["isr"], json!([0]));
+
+        c.create_partitions("orders", 5, None, false).unwrap();
+        assert_eq!(
+            c.create_partitions("orders", 4, None, false)
+                .unwrap_err()
+                .code,
+            error_code::INVALID_PARTITIONS
+        );
+        c.alter_topic_config(
+            "orders",
+            &[("retention.ms".into(), ConfigOp::Set, Some("1000".into()))],
+            false,
+            false,
+        )
+        .unwrap();
+        let image = c.build_image(1);
+        let orders = image.topic("orders").unwrap();
+        assert_eq!(orders.partitions.len(), 5);
+        assert!(orders.log_config.cleanup_policy.compact);
+        assert_eq!(orders.log_config.retention_ms, 1000);
+        assert_eq!(image.topic_by_id(&orders.id).unwrap().name, "orders");
+
+        assert_eq!(
+            c.delete_topics(&["orders".into(), "nope".into()])[1]
+                .as_ref()
+                .unwrap_err()
+                .code,
+            error_code::UNKNOWN_TOPIC_OR_PARTITION
+        );
+        assert!(c.build_image(2).topic("orders").is_none());
+        assert!(c.store.children("/admin/delete_topics").unwrap().is_empty());
+
+        // The tree survives a restart; the controller epoch moves on.
+        c.create_topics(
+            &[NewTopic {
+                name: "kept".into(),
+                num_partitions: 2,
+                replication_factor: 1,
+                ..NewTopic::default()
+            }],
+            false,
+        );
+        drop(c);
+        let c = controller(dir.path());
+        assert_eq!(c.controller_epoch, 2);
+        assert_eq!(c.build_image(1).topic("kept").unwrap().partitions.len(), 2);
+    }
+}

@@ -1,0 +1,31 @@
+//! DescribeCluster (key 60): the brokers, the controller, the cluster id.
+
+use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
+use kafka_protocol::messages::{BrokerId, DescribeClusterRequest, DescribeClusterResponse};
+use kafka_protocol::protocol::StrBytes;
+
+use super::RequestContext;
+use crate::protocol::error_code;
+
+pub async fn handle(
+    ctx: &RequestContext,
+    _request: DescribeClusterRequest,
+    _version: i16,
+) -> DescribeClusterResponse {
+    let image = ctx.broker.image();
+    let brokers = image
+        .brokers
+        .values()
+        .map(|b| {
+            DescribeClusterBroker::default()
+                .with_broker_id(BrokerId(b.id))
+                .with_host(StrBytes::from_string(b.host.clone()))
+                .with_port(b.port as i32)
+        })
+        .collect();
+    DescribeClusterResponse::default()
+        .with_error_code(error_code::NONE)
+        .with_cluster_id(StrBytes::from_string(image.cluster_id.clone()))
+        .with_controller_id(BrokerId(image.controller_id))
+        .with_brokers(brokers)
+}

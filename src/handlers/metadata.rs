@@ -1,0 +1,143 @@
+//! Metadata (key 3): brokers, controller and topics, creating requested topics
+//! when `auto.create.topics.enable` allows.
+
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, TopicName};
+use kafka_protocol::protocol::StrBytes;
+
+use super::RequestContext;
+use crate::controller::{validate_topic_name, NewTopic};
+use crate::metadata::image::{MetadataImage, TopicImage};
+use crate::protocol::error_code;
+
+pub async fn handle(
+    ctx: &RequestContext,
+    request: MetadataRequest,
+    version: i16,
+) -> MetadataResponse {
+    let broker = &ctx.broker;
+    let mut image = broker.image();
+    // v0: an empty list means every topic; v1+: null means every topic.
+    let requested: Option<Vec<String>> = match request.topics {
+        None => None,
+        Some(topics) if version == 0 && topics.is_empty() => None,
+        Some(topics) => Some(
+            topics
+                .into_iter()
+                .map(|t| match t.name {
+                    Some(name) => name.0.to_string(),
+                    None => image
+                        .topic_by_id(&t.topic_id)
+                        .map(|t| t.name.clone())
+                        .unwrap_or_default(),
+                })
+                .collect(),
+        ),
+    };
+    tracing::debug!(
+        ?requested,
+        allow = request.allow_auto_topic_creation,
+        "metadata"
+    );
+    if let Some(names) = &requested {
+        let allowed = version < 4 || request.allow_auto_topic_creation;
+        let missing: Vec<NewTopic> = names
+            .iter()
+            .filter(|name| image.topic(name).is_none() && validate_topic_name(name).is_ok())
+            .map(|name| NewTopic {
+                name: name.clone(),
+                num_partitions: -1,
+                replication_factor: -1,
+                ..NewTopic::default()
+            })
+            .collect();
+        if allowed && broker.config.auto_create_topics_enable && !missing.is_empty() {
+            for result in broker.control.create_topics(missing, false).await {
+                if let Err(error) = result {
+                    tracing::warn!(?error, "automatic topic creation failed");
+                }
+            }
+            image = broker.image();
+        }
+    }
+    let topics = match requested {
+        None => image
+            .topics
+            .values()
+            .map(|t| topic_response(&image, t, version))
+            .collect(),
+        Some(names) => names
+            .iter()
+            .map(|name| match image.topic(name) {
+                Some(topic) => topic_response(&image, topic, version),
+                None => {
+                    let code = if validate_topic_name(name).is_ok() {
+                        error_code::UNKNOWN_TOPIC_OR_PARTITION
+                    } else {
+                        error_code::INVALID_TOPIC_EXCEPTION
+                    };
+                    MetadataResponseTopic::default()
+                        .with_error_code(code)
+                        .with_name(Some(TopicName(StrBytes::from_string(name.clone()))))
+                }
+            })
+            .collect(),
+    };
+    let brokers = image
+        .brokers
+        .values()
+        .map(|b| {
+            MetadataResponseBroker::default()
+                .with_node_id(BrokerId(b.id))
+                .with_host(StrBytes::from_string(b.host.clone()))
+                .with_port(b.port as i32)
+        })
+        .collect();
+    let mut response = MetadataResponse::default()
+        .with_brokers(brokers)
+        .with_topics(topics);
+    if version >= 1 {
+        response = response.with_controller_id(BrokerId(image.controller_id));
+    }
+    if version >= 2 {
+        response = response.with_cluster_id(Some(StrBytes::from_string(image.cluster_id.clone())));
+    }
+    response
+}
+
+fn topic_response(
+    _image: &MetadataImage,
+    topic: &TopicImage,
+    version: i16,
+) -> MetadataResponseTopic {
+    let partitions = topic
+        .partitions
+        .iter()
+        .enumerate()
+        .map(|(index, p)| {
+            let mut partition = MetadataResponsePartition::default()
+                .with_error_code(error_code::NONE)
+                .with_partition_index(index as i32)
+                .with_leader_id(BrokerId(p.leader))
+                .with_replica_nodes(p.replicas.iter().map(|r| BrokerId(*r)).collect())
+                .with_isr_nodes(p.isr.iter().map(|r| BrokerId(*r)).collect());
+            if version >= 7 {
+                partition = partition.with_leader_epoch(p.leader_epoch);
+            }
+            partition
+        })
+        .collect();
+    let mut response = MetadataResponseTopic::default()
+        .with_error_code(error_code::NONE)
+        .with_name(Some(TopicName(StrBytes::from_string(topic.name.clone()))))
+        .with_partitions(partitions);
+    if version >= 10 {
+        response = response.with_topic_id(topic.id);
+    }
+    if version >= 1 {
+        response = response.with_is_internal(topic.name.starts_with("__"));
+    }
+    response
+}

@@ -1,0 +1,144 @@
+//! One file per Kafka API; this table registers them. ApiVersions advertises
+//! exactly `SUPPORTED_APIS`.
+
+mod alter_configs;
+mod api_versions;
+mod create_partitions;
+mod create_topics;
+mod delete_topics;
+mod describe_cluster;
+mod describe_configs;
+mod fetch;
+mod list_offsets;
+mod metadata;
+mod produce;
+mod sasl_handshake;
+
+use std::rc::Rc;
+
+use bytes::Bytes;
+use kafka_protocol::messages::{ApiKey, RequestHeader};
+use tracing::debug;
+
+use crate::protocol::{decode_body, decode_header, encode_response, peek_api, FrameError};
+use crate::server::broker::ShardBroker;
+
+/// Every API served, with the versions served (min, max).
+pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
+    (ApiKey::Produce, 3, 12),
+    (ApiKey::Fetch, 4, 15),
+    (ApiKey::ListOffsets, 1, 9),
+    (ApiKey::Metadata, 0, 12),
+    (ApiKey::ApiVersions, 0, 4),
+    (ApiKey::SaslHandshake, 0, 1),
+    (ApiKey::CreateTopics, 2, 7),
+    (ApiKey::DeleteTopics, 1, 6),
+    (ApiKey::DescribeConfigs, 1, 4),
+    (ApiKey::AlterConfigs, 0, 2),
+    (ApiKey::CreatePartitions, 0, 3),
+    (ApiKey::IncrementalAlterConfigs, 0, 1),
+    (ApiKey::DescribeCluster, 0, 1),
+];
+
+/// Kafka's ConfigResource types.
+pub const RESOURCE_TYPE_TOPIC: i8 = 2;
+pub const RESOURCE_TYPE_BROKER: i8 = 4;
+
+pub fn supported_versions(api_key: ApiKey) -> Option<(i16, i16)> {
+    SUPPORTED_APIS
+        .iter()
+        .find(|(key, _, _)| *key == api_key)
+        .map(|(_, min, max)| (*min, *max))
+}
+
+/// What a request's handler hands the handlers.
+pub struct RequestContext {
+    pub broker: Rc<ShardBroker>,
+    pub header: RequestHeader,
+}
+
+/// What to do after a request.
+pub enum Outcome {
+    Respond(Bytes),
+    /// acks=0 produce: Kafka sends nothing back.
+    NoResponse,
+}
+
+macro_rules! serve {
+    ($ctx:expr, $body:expr, $key:expr, $version:expr, $handler:path) => {{
+        let request = decode_body(&mut $body, $version)?;
+        let response = $handler(&$ctx, request, $version).await;
+        respond($key, $version, $ctx.header.correlation_id, &response)
+    }};
+}
+
+fn respond<T: kafka_protocol::protocol::Encodable>(
+    key: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    body: &T,
+) -> Result<Outcome, FrameError> {
+    encode_response(key, version, correlation_id, body)
+        .map(Outcome::Respond)
+        .map_err(|error| {
+            FrameError::Malformed(format!(
+                "cannot encode the {key:?} v{version} response: {error}"
+            ))
+        })
+}
+
+/// Decodes one request frame, runs its handler, encodes the response.
+pub async fn handle_request(
+    broker: &Rc<ShardBroker>,
+    mut frame: Bytes,
+) -> Result<Outcome, FrameError> {
+    let (raw_key, version) = peek_api(&frame)?;
+    let unsupported = FrameError::Unsupported {
+        api_key: raw_key,
+        api_version: version,
+    };
+    let Ok(key) = ApiKey::try_from(raw_key) else {
+        return Err(unsupported);
+    };
+    let Some((min, max)) = supported_versions(key) else {
+        return Err(unsupported);
+    };
+    if version < min || version > max {
+        if key == ApiKey::ApiVersions {
+            // KIP-511: answer in v0 with UNSUPPORTED_VERSION and what we serve.
+            let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
+            return respond(key, 0, correlation_id, &api_versions::unsupported_version());
+        }
+        return Err(unsupported);
+    }
+    let header = decode_header(key, version, &mut frame)?;
+    debug!(api = ?key, version, correlation_id = header.correlation_id, "request");
+    let ctx = RequestContext {
+        broker: broker.clone(),
+        header,
+    };
+    match key {
+        ApiKey::ApiVersions => serve!(ctx, frame, key, version, api_versions::handle),
+        ApiKey::Metadata => serve!(ctx, frame, key, version, metadata::handle),
+        ApiKey::Produce => {
+            let request = decode_body(&mut frame, version)?;
+            match produce::handle(&ctx, request, version).await {
+                Some(response) => respond(key, version, ctx.header.correlation_id, &response),
+                None => Ok(Outcome::NoResponse),
+            }
+        }
+        ApiKey::Fetch => serve!(ctx, frame, key, version, fetch::handle),
+        ApiKey::ListOffsets => serve!(ctx, frame, key, version, list_offsets::handle),
+        ApiKey::CreateTopics => serve!(ctx, frame, key, version, create_topics::handle),
+        ApiKey::DeleteTopics => serve!(ctx, frame, key, version, delete_topics::handle),
+        ApiKey::CreatePartitions => serve!(ctx, frame, key, version, create_partitions::handle),
+        ApiKey::DescribeConfigs => serve!(ctx, frame, key, version, describe_configs::handle),
+        ApiKey::AlterConfigs => serve!(ctx, frame, key, version, alter_configs::handle),
+        ApiKey::IncrementalAlterConfigs => {
+            serve!(ctx, frame, key, version, alter_configs::handle_incremental)
+        }
+        ApiKey::DescribeCluster => serve!(ctx, frame, key, version, describe_cluster::handle),
+        ApiKey::SaslHandshake => serve!(ctx, frame, key, version, sasl_handshake::handle),
+        _ => Err(unsupported),
+    }
+}

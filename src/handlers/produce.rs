@@ -1,0 +1,63 @@
+//! Produce (key 0): appends each partition's batch on the shard that owns it.
+//! Stored as produced; acks=0 gets no response, as in Kafka.
+
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
+use kafka_protocol::protocol::StrBytes;
+
+use super::RequestContext;
+use crate::protocol::error_code;
+
+pub async fn handle(
+    ctx: &RequestContext,
+    request: ProduceRequest,
+    version: i16,
+) -> Option<ProduceResponse> {
+    let acks = request.acks;
+    let valid_acks = matches!(acks, -1..=1);
+    let mut responses = Vec::with_capacity(request.topic_data.len());
+    for topic in request.topic_data {
+        let name = topic.name.0.to_string();
+        let mut partitions = Vec::with_capacity(topic.partition_data.len());
+        for data in topic.partition_data {
+            let result = match (valid_acks, data.records) {
+                (false, _) => None,
+                (true, None) => None,
+                (true, Some(records)) => {
+                    Some(ctx.broker.append(&name, data.index, records, acks).await)
+                }
+            };
+            let mut partition = PartitionProduceResponse::default().with_index(data.index);
+            partition = match result {
+                None => partition
+                    .with_error_code(if valid_acks {
+                        error_code::INVALID_RECORD
+                    } else {
+                        error_code::INVALID_REQUIRED_ACKS
+                    })
+                    .with_base_offset(-1),
+                Some(result) => {
+                    let mut partition = partition
+                        .with_error_code(result.error_code)
+                        .with_base_offset(result.base_offset);
+                    partition = partition.with_log_append_time_ms(result.log_append_time_ms);
+                    if version >= 5 {
+                        partition = partition.with_log_start_offset(result.log_start_offset);
+                    }
+                    if version >= 8 {
+                        partition = partition
+                            .with_error_message(result.error_message.map(StrBytes::from_string));
+                    }
+                    partition
+                }
+            };
+            partitions.push(partition);
+        }
+        responses.push(
+            TopicProduceResponse::default()
+                .with_name(topic.name)
+                .with_partition_responses(partitions),
+        );
+    }
+    (acks != 0).then(|| ProduceResponse::default().with_responses(responses))
+}

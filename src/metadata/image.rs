@@ -1,0 +1,132 @@
+//! The metadata image: an immutable, versioned view of the cluster that the
+//! control thread publishes to every shard. Shards read it, never the store.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use shards::log::LogConfig;
+use uuid::Uuid;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerEndpoint {
+    pub id: i32,
+    pub host: String,
+    pub port: u16,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct PartitionImage {
+    pub leader: i32,
+    pub leader_epoch: i32,
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
+    /// The shard owning this partition on this broker, when it has a replica.
+    pub shard: Option<usize>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct TopicImage {
+    pub name: String,
+    pub id: Uuid,
+    pub partitions: Vec<PartitionImage>,
+    /// Only the topic's overrides, as stored in `/config/topics/<t>`.
+    pub config_overrides: BTreeMap<String, String>,
+    /// Broker defaults with the overrides applied.
+    pub log_config: Arc<LogConfig>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct MetadataImage {
+    pub version: u64,
+    pub cluster_id: String,
+    pub controller_id: i32,
+    pub brokers: BTreeMap<i32, BrokerEndpoint>,
+    pub topics: BTreeMap<String, Arc<TopicImage>>,
+    pub topic_ids: HashMap<Uuid, String>,
+}
+
+impl MetadataImage {
+    pub fn empty() -> Self {
+        Self {
+            version: 0,
+            cluster_id: String::new(),
+            controller_id: -1,
+            brokers: BTreeMap::new(),
+            topics: BTreeMap::new(),
+            topic_ids: HashMap::new(),
+        }
+    }
+
+    pub fn topic(&self, name: &str) -> Option<&Arc<TopicImage>> {
+        self.topics.get(name)
+    }
+
+    pub fn topic_by_id(&self, id: &Uuid) -> Option<&Arc<TopicImage>> {
+        self.topic_ids
+            .get(id)
+            .and_then(|name| self.topics.get(name))
+    }
+
+    pub fn partition(&self, topic: &str, partition: i32) -> Option<&PartitionImage> {
+        let index = usize::try_from(partition).ok()?;
+        self.topic(topic)?.partitions.get(index)
+    }
+}
+
+/// Kafka prints topic and cluster ids as URL-safe base64 of the 16 bytes,
+/// without padding.
+pub fn kafka_uuid_string(id: &Uuid) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let bytes = id.as_bytes();
+    let mut out = String::with_capacity(22);
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, b)| n | (*b as u32) << (16 - 8 * i));
+        for i in 0..=chunk.len() {
+            out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
+        }
+    }
+    out
+}
+
+pub fn parse_kafka_uuid(text: &str) -> Option<Uuid> {
+    let mut bits = 0u32;
+    let mut count = 0;
+    let mut bytes = Vec::with_capacity(16);
+    for c in text.bytes() {
+        let value = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'-' => 62,
+            b'_' => 63,
+            _ => return None,
+        } as u32;
+        bits = (bits << 6) | value;
+        count += 6;
+        if count >= 8 {
+            count -= 8;
+            bytes.push((bits >> count) as u8);
+            bits &= (1 << count) - 1;
+        }
+    }
+    Uuid::from_slice(&bytes).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kafka_uuid_text_round_trips() {
+        for _ in 0..100 {
+            let id = Uuid::new_v4();
+            let text = kafka_uuid_string(&id);
+            assert_eq!(text.len(), 22);
+            assert_eq!(parse_kafka_uuid(&text), Some(id));
+        }
+        assert_eq!(kafka_uuid_string(&Uuid::nil()), "AAAAAAAAAAAAAAAAAAAAAA");
+    }
+}

@@ -1,0 +1,103 @@
+//! The client listener: every shard binds the same address with SO_REUSEPORT
+//! (glommio's TcpListener does), so the kernel spreads connections over shards.
+//! A connection is served by the shard that accepted it, one request at a time
+//! as Kafka does (it mutes a channel while a request is in flight), so pipelined
+//! requests are answered in order and each connection has one request in flight.
+
+use std::cell::Cell;
+use std::net::SocketAddr;
+use std::rc::Rc;
+
+use bytes::Bytes;
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use glommio::net::{TcpListener, TcpStream};
+use tracing::{debug, info, warn};
+
+use crate::handlers::{handle_request, Outcome};
+use crate::server::broker::ShardBroker;
+
+/// Requests being handled on this shard, for a shutdown that answers them first.
+#[derive(Default)]
+pub struct InFlight {
+    requests: Cell<usize>,
+    stopping: Cell<bool>,
+}
+
+impl InFlight {
+    pub fn stop(&self) {
+        self.stopping.set(true);
+    }
+    pub fn requests(&self) -> usize {
+        self.requests.get()
+    }
+}
+
+pub async fn accept_loop(listener: TcpListener, broker: Rc<ShardBroker>, in_flight: Rc<InFlight>) {
+    loop {
+        match listener.accept().await {
+            Ok(stream) => {
+                let broker = broker.clone();
+                let in_flight = in_flight.clone();
+                glommio::spawn_local(async move {
+                    let peer = stream.peer_addr().ok();
+                    if let Err(reason) = serve_connection(stream, &broker, &in_flight).await {
+                        warn!(?peer, shard = broker.shard_id, %reason, "closing connection");
+                    }
+                })
+                .detach();
+            }
+            Err(error) => warn!(%error, "accept failed"),
+        }
+    }
+}
+
+pub fn bind(address: SocketAddr) -> std::io::Result<TcpListener> {
+    let listener =
+        TcpListener::bind(address).map_err(|error| std::io::Error::other(error.to_string()))?;
+    info!(%address, "listening");
+    Ok(listener)
+}
+
+/// Serves one connection until the client closes it or breaks the protocol.
+async fn serve_connection(
+    mut stream: TcpStream,
+    broker: &Rc<ShardBroker>,
+    in_flight: &InFlight,
+) -> Result<(), String> {
+    stream.set_nodelay(true).map_err(|e| e.to_string())?;
+    let max_request_bytes = broker.config.socket_request_max_bytes;
+    loop {
+        let mut size = [0u8; 4];
+        match stream.read_exact(&mut size).await {
+            Ok(()) => {}
+            Err(error) if error.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
+            Err(error) => return Err(error.to_string()),
+        }
+        if in_flight.stopping.get() {
+            return Ok(());
+        }
+        let size = i32::from_be_bytes(size);
+        if size < 0 || size as usize > max_request_bytes {
+            return Err(format!("request of {size} bytes is outside [0, socket.request.max.bytes = {max_request_bytes}]"));
+        }
+        let mut frame = vec![0u8; size as usize];
+        stream
+            .read_exact(&mut frame)
+            .await
+            .map_err(|e| format!("truncated request: {e}"))?;
+        in_flight.requests.set(in_flight.requests.get() + 1);
+        let outcome = handle_request(broker, Bytes::from(frame)).await;
+        in_flight.requests.set(in_flight.requests.get() - 1);
+        match outcome {
+            Ok(Outcome::Respond(response)) => stream
+                .write_all(&response)
+                .await
+                .map_err(|e| e.to_string())?,
+            Ok(Outcome::NoResponse) => {}
+            Err(error) => {
+                debug!(%error, "request refused");
+                return Err(error.to_string());
+            }
+        }
+    }
+}

@@ -1,0 +1,338 @@
+//! `ShardBroker`: what one shard owns and serves: its logs (through its
+//! `LogManager`), its copy of the metadata image, and the partition operations
+//! the request handlers call, routed to the owning shard over the mesh.
+
+use std::cell::{OnceCell, RefCell};
+use std::rc::Rc;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use shards::log::{LogError, LogManager, TopicPartition};
+use shards::runtime::ShardMesh;
+use tracing::warn;
+
+use super::control::ControlClient;
+use crate::config::BrokerConfig;
+use crate::metadata::image::MetadataImage;
+use crate::protocol::error_code;
+
+pub struct ShardBroker {
+    pub shard_id: usize,
+    pub config: Arc<BrokerConfig>,
+    pub log_manager: Rc<LogManager>,
+    pub control: ControlClient,
+    image: RefCell<Arc<MetadataImage>>,
+    mesh: OnceCell<ShardMesh<ShardBroker>>,
+}
+
+/// Where a partition is served from, or why it cannot be.
+pub enum Route {
+    Shard(usize),
+    Error(i16),
+}
+
+/// One partition's produce outcome.
+#[derive(Debug, Clone)]
+pub struct AppendResult {
+    pub error_code: i16,
+    pub error_message: Option<String>,
+    pub base_offset: i64,
+    pub log_append_time_ms: i64,
+    pub log_start_offset: i64,
+}
+
+/// One partition's fetch outcome: the stored batches, as they are.
+#[derive(Debug, Clone)]
+pub struct ReadResult {
+    pub error_code: i16,
+    pub high_watermark: i64,
+    pub last_stable_offset: i64,
+    pub log_start_offset: i64,
+    pub records: Option<Bytes>,
+}
+
+impl ReadResult {
+    fn error(error_code: i16) -> Self {
+        Self {
+            error_code,
+            high_watermark: -1,
+            last_stable_offset: -1,
+            log_start_offset: -1,
+            records: None,
+        }
+    }
+}
+
+fn log_error_code(error: &LogError) -> i16 {
+    error.kafka_error_code()
+}
+
+impl ShardBroker {
+    pub fn new(
+        shard_id: usize,
+        config: Arc<BrokerConfig>,
+        log_manager: Rc<LogManager>,
+        control: ControlClient,
+        image: Arc<MetadataImage>,
+    ) -> Self {
+        Self {
+            shard_id,
+            config,
+            log_manager,
+            control,
+            image: RefCell::new(image),
+            mesh: OnceCell::new(),
+        }
+    }
+
+    pub fn set_mesh(&self, mesh: ShardMesh<ShardBroker>) {
+        assert!(self.mesh.set(mesh).is_ok(), "mesh connected twice");
+    }
+
+    pub fn mesh(&self) -> &ShardMesh<ShardBroker> {
+        self.mesh.get().expect("mesh connected at start")
+    }
+
+    pub fn image(&self) -> Arc<MetadataImage> {
+        self.image.borrow().clone()
+    }
+
+    /// Takes a new image: opens logs for partitions newly placed here, applies
+    /// topic config changes, deletes logs of topics that are gone.
+    pub async fn apply_image(&self, image: Arc<MetadataImage>) {
+        *self.image.borrow_mut() = image.clone();
+        for topic in image.topics.values() {
+            let config = Rc::new((*topic.log_config).clone());
+            for (index, partition) in topic.partitions.iter().enumerate() {
+                if partition.shard != Some(self.shard_id) {
+                    continue;
+                }
+                let tp = TopicPartition::new(topic.name.clone(), index as i32);
+                match self.log_manager.get_log(&tp) {
+                    Some(log) => {
+                        if *log.config() != *config {
+                            log.update_config(config.clone());
+                        }
+                    }
+                    None => {
+                        if let Err(error) = self
+                            .log_manager
+                            .get_or_create_log(&tp, config.clone())
+                            .await
+                        {
+                            warn!(partition = %tp, %error, "cannot open partition log");
+                        }
+                    }
+                }
+            }
+        }
+        for log in self.log_manager.logs() {
+            let tp = log.topic_partition();
+            let placed_here = image
+                .partition(&tp.topic, tp.partition)
+                .is_some_and(|p| p.shard == Some(self.shard_id));
+            if !placed_here {
+                if let Err(error) = self.log_manager.delete_log(tp).await {
+                    warn!(partition = %tp, %error, "cannot delete partition log");
+                }
+            }
+        }
+    }
+
+    /// Which shard serves `topic`/`partition` as leader on this broker.
+    pub fn route(&self, topic: &str, partition: i32) -> Route {
+        let image = self.image.borrow();
+        match image.partition(topic, partition) {
+            None => Route::Error(error_code::UNKNOWN_TOPIC_OR_PARTITION),
+            Some(p) if p.leader != self.config.broker_id => {
+                Route::Error(error_code::NOT_LEADER_OR_FOLLOWER)
+            }
+            Some(p) => match p.shard {
+                Some(shard) => Route::Shard(shard),
+                None => Route::Error(error_code::LEADER_NOT_AVAILABLE),
+            },
+        }
+    }
+
+    /// Appends a produced batch on the owning shard.
+    pub async fn append(
+        self: &Rc<Self>,
+        topic: &str,
+        partition: i32,
+        records: Bytes,
+        required_acks: i16,
+    ) -> AppendResult {
+        let shard = match self.route(topic, partition) {
+            Route::Shard(shard) => shard,
+            Route::Error(code) => return AppendResult::error(code, None),
+        };
+        let leader_epoch = self
+            .image()
+            .partition(topic, partition)
+            .map_or(0, |p| p.leader_epoch);
+        let tp = TopicPartition::new(topic, partition);
+        let outcome = self
+            .mesh()
+            .invoke_on(shard, self, move |broker: Rc<ShardBroker>| async move {
+                broker
+                    .append_local(&tp, records, leader_epoch, required_acks)
+                    .await
+            })
+            .await;
+        outcome.unwrap_or_else(|_| AppendResult::error(error_code::NOT_LEADER_OR_FOLLOWER, None))
+    }
+
+    async fn append_local(
+        &self,
+        tp: &TopicPartition,
+        records: Bytes,
+        leader_epoch: i32,
+        required_acks: i16,
+    ) -> AppendResult {
+        let Some(log) = self.log_manager.get_log(tp) else {
+            return AppendResult::error(error_code::NOT_LEADER_OR_FOLLOWER, None);
+        };
+        let isr = self
+            .image()
+            .partition(&tp.topic, tp.partition)
+            .map_or(1, |p| p.isr.len());
+        if required_acks == -1 && (isr as i32) < self.config.min_insync_replicas {
+            return AppendResult::error(error_code::NOT_ENOUGH_REPLICAS, None);
+        }
+        match log
+            .append_as_leader(records.to_vec(), leader_epoch, shards::log::wall_clock_ms())
+            .await
+        {
+            Ok(info) => {
+                // This broker is the whole ISR: the high watermark follows the log end.
+                log.set_high_watermark(log.log_end_offset());
+                AppendResult {
+                    error_code: error_code::NONE,
+                    error_message: None,
+                    base_offset: info.first_offset,
+                    log_append_time_ms: info.log_append_time_ms,
+                    log_start_offset: info.log_start_offset,
+                }
+            }
+            Err(error) => AppendResult::error(log_error_code(&error), Some(error.to_string())),
+        }
+    }
+
+    /// Reads stored batches below the high watermark on the owning shard.
+    pub async fn read(
+        self: &Rc<Self>,
+        topic: &str,
+        partition: i32,
+        fetch_offset: i64,
+        max_bytes: usize,
+        min_one_batch: bool,
+    ) -> ReadResult {
+        let shard = match self.route(topic, partition) {
+            Route::Shard(shard) => shard,
+            Route::Error(code) => return ReadResult::error(code),
+        };
+        let tp = TopicPartition::new(topic, partition);
+        let outcome = self
+            .mesh()
+            .invoke_on(shard, self, move |broker: Rc<ShardBroker>| async move {
+                broker
+                    .read_local(&tp, fetch_offset, max_bytes, min_one_batch)
+                    .await
+            })
+            .await;
+        outcome.unwrap_or_else(|_| ReadResult::error(error_code::NOT_LEADER_OR_FOLLOWER))
+    }
+
+    async fn read_local(
+        &self,
+        tp: &TopicPartition,
+        fetch_offset: i64,
+        max_bytes: usize,
+        min_one_batch: bool,
+    ) -> ReadResult {
+        let Some(log) = self.log_manager.get_log(tp) else {
+            return ReadResult::error(error_code::NOT_LEADER_OR_FOLLOWER);
+        };
+        let high_watermark = log.high_watermark();
+        let mut result = ReadResult {
+            error_code: error_code::NONE,
+            high_watermark,
+            last_stable_offset: high_watermark,
+            log_start_offset: log.log_start_offset(),
+            records: None,
+        };
+        match log
+            .read(fetch_offset, max_bytes, high_watermark, min_one_batch)
+            .await
+        {
+            Ok(info) => {
+                if let Some(slice) = info.records {
+                    match slice.read().await {
+                        Ok(bytes) => result.records = Some(Bytes::from(bytes)),
+                        Err(error) => {
+                            result.error_code =
+                                log.health().on_error(error.into()).kafka_error_code()
+                        }
+                    }
+                }
+            }
+            Err(error) => result.error_code = log_error_code(&error),
+        }
+        result
+    }
+
+    /// Offsets for ListOffsets: -1 latest (high watermark), -2 earliest,
+    /// -3 max timestamp, otherwise the first offset at or after the timestamp.
+    pub async fn list_offset(
+        self: &Rc<Self>,
+        topic: &str,
+        partition: i32,
+        timestamp: i64,
+    ) -> Result<(i64, i64, i32), i16> {
+        let shard = match self.route(topic, partition) {
+            Route::Shard(shard) => shard,
+            Route::Error(code) => return Err(code),
+        };
+        let tp = TopicPartition::new(topic, partition);
+        self.mesh()
+            .invoke_on(shard, self, move |broker: Rc<ShardBroker>| async move {
+                let log = broker
+                    .log_manager
+                    .get_log(&tp)
+                    .ok_or(error_code::NOT_LEADER_OR_FOLLOWER)?;
+                let epoch = log.latest_epoch().unwrap_or(-1);
+                match timestamp {
+                    -1 => Ok((-1, log.high_watermark(), epoch)),
+                    -2 => Ok((-1, log.log_start_offset(), epoch)),
+                    _ => {
+                        let found = if timestamp == -3 {
+                            log.fetch_offset_of_max_timestamp().await
+                        } else {
+                            log.fetch_offset_by_timestamp(timestamp).await
+                        };
+                        match found {
+                            Ok(Some(found)) if found.offset < log.high_watermark() => {
+                                Ok((found.timestamp, found.offset, found.leader_epoch))
+                            }
+                            Ok(_) => Ok((-1, -1, -1)),
+                            Err(error) => Err(log_error_code(&error)),
+                        }
+                    }
+                }
+            })
+            .await
+            .unwrap_or(Err(error_code::NOT_LEADER_OR_FOLLOWER))
+    }
+}
+
+impl AppendResult {
+    fn error(error_code: i16, error_message: Option<String>) -> Self {
+        Self {
+            error_code,
+            error_message,
+            base_offset: -1,
+            log_append_time_ms: -1,
+            log_start_offset: -1,
+        }
+    }
+}

@@ -1,0 +1,315 @@
+//! The control plane: one thread (its own glommio executor) that owns the
+//! `KafkaController` and the shard placement, serves metadata changes asked
+//! for by the shards one at a time, and publishes each new image to every
+//! shard, answering only once every shard has applied it.
+
+use std::sync::Arc;
+
+use futures_channel::oneshot;
+use glommio::channels::local_channel;
+use glommio::channels::shared_channel::{
+    self, ConnectedReceiver, ConnectedSender, SharedReceiver, SharedSender,
+};
+use shards::log::TopicPartition;
+use shards::runtime::ShardPlacement;
+use tracing::warn;
+
+use crate::controller::{ApiError, ConfigOp, KafkaController, NewTopic};
+use crate::metadata::image::MetadataImage;
+use crate::protocol::error_code;
+
+/// Requests that may wait in a shard's channel to the control plane.
+const CONTROL_CHANNEL_CAPACITY: usize = 256;
+
+pub enum ControlRequest {
+    CreateTopics {
+        topics: Vec<NewTopic>,
+        validate_only: bool,
+        reply: oneshot::Sender<Vec<Result<(i32, i16), ApiError>>>,
+    },
+    DeleteTopics {
+        names: Vec<String>,
+        reply: oneshot::Sender<Vec<Result<(), ApiError>>>,
+    },
+    CreatePartitions {
+        topic: String,
+        count: i32,
+        assignments: Option<Vec<Vec<i32>>>,
+        validate_only: bool,
+        reply: oneshot::Sender<Result<(), ApiError>>,
+    },
+    AlterConfigs {
+        topic: String,
+        changes: Vec<(String, ConfigOp, Option<String>)>,
+        replace_all: bool,
+        validate_only: bool,
+        reply: oneshot::Sender<Result<(), ApiError>>,
+    },
+}
+
+/// A new image for a shard to apply; `applied` fires once it has.
+pub struct ApplyImage {
+    pub image: Arc<MetadataImage>,
+    pub applied: oneshot::Sender<()>,
+}
+
+/// A shard's unconnected ends toward the control plane.
+pub struct ShardControlEnds {
+    pub requests: SharedSender<ControlRequest>,
+    pub images: SharedReceiver<ApplyImage>,
+}
+
+/// The control plane's unconnected ends toward every shard.
+pub struct ControlEnds {
+    requests: Vec<SharedReceiver<ControlRequest>>,
+    images: Vec<SharedSender<ApplyImage>>,
+}
+
+pub fn build_control_channels(nr_shards: usize) -> (ControlEnds, Vec<ShardControlEnds>) {
+    let mut control = ControlEnds {
+        requests: Vec::new(),
+        images: Vec::new(),
+    };
+    let mut shards = Vec::new();
+    for _ in 0..nr_shards {
+        let (request_tx, request_rx) = shared_channel::new_bounded(CONTROL_CHANNEL_CAPACITY);
+        let (image_tx, image_rx) = shared_channel::new_bounded(1);
+        control.requests.push(request_rx);
+        control.images.push(image_tx);
+        shards.push(ShardControlEnds {
+            requests: request_tx,
+            images: image_rx,
+        });
+    }
+    (control, shards)
+}
+
+/// A shard's handle for asking the control plane for metadata changes.
+pub struct ControlClient {
+    sender: ConnectedSender<ControlRequest>,
+}
+
+impl ControlClient {
+    pub fn new(sender: ConnectedSender<ControlRequest>) -> Self {
+        Self { sender }
+    }
+
+    async fn ask<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<T>) -> ControlRequest,
+    ) -> Result<T, ApiError> {
+        let (reply, answer) = oneshot::channel();
+        let unavailable = || {
+            ApiError::new(
+                error_code::UNKNOWN_SERVER_ERROR,
+                "the control plane is shutting down",
+            )
+        };
+        self.sender
+            .send(make(reply))
+            .await
+            .map_err(|_| unavailable())?;
+        answer.await.map_err(|_| unavailable())
+    }
+
+    pub async fn create_topics(
+        &self,
+        topics: Vec<NewTopic>,
+        validate_only: bool,
+    ) -> Vec<Result<(i32, i16), ApiError>> {
+        let count = topics.len();
+        self.ask(|reply| ControlRequest::CreateTopics {
+            topics,
+            validate_only,
+            reply,
+        })
+        .await
+        .unwrap_or_else(|error| vec![Err(error); count])
+    }
+
+    pub async fn delete_topics(&self, names: Vec<String>) -> Vec<Result<(), ApiError>> {
+        let count = names.len();
+        self.ask(|reply| ControlRequest::DeleteTopics { names, reply })
+            .await
+            .unwrap_or_else(|error| vec![Err(error); count])
+    }
+
+    pub async fn create_partitions(
+        &self,
+        topic: String,
+        count: i32,
+        assignments: Option<Vec<Vec<i32>>>,
+        validate_only: bool,
+    ) -> Result<(), ApiError> {
+        self.ask(|reply| ControlRequest::CreatePartitions {
+            topic,
+            count,
+            assignments,
+            validate_only,
+            reply,
+        })
+        .await?
+    }
+
+    pub async fn alter_configs(
+        &self,
+        topic: String,
+        changes: Vec<(String, ConfigOp, Option<String>)>,
+        replace_all: bool,
+        validate_only: bool,
+    ) -> Result<(), ApiError> {
+        self.ask(|reply| ControlRequest::AlterConfigs {
+            topic,
+            changes,
+            replace_all,
+            validate_only,
+            reply,
+        })
+        .await?
+    }
+}
+
+pub struct ControlPlane {
+    controller: KafkaController,
+    placement: Arc<ShardPlacement>,
+    broker_id: i32,
+    image_version: u64,
+}
+
+impl ControlPlane {
+    pub fn new(
+        controller: KafkaController,
+        placement: Arc<ShardPlacement>,
+        broker_id: i32,
+    ) -> Self {
+        Self {
+            controller,
+            placement,
+            broker_id,
+            image_version: 0,
+        }
+    }
+
+    /// Builds the next image and places this broker's new partitions on shards.
+    pub fn next_image(&mut self) -> Arc<MetadataImage> {
+        self.image_version += 1;
+        let mut image = self.controller.build_image(self.image_version);
+        for topic in image.topics.values_mut() {
+            let topic = Arc::make_mut(topic);
+            for (index, partition) in topic.partitions.iter_mut().enumerate() {
+                if partition.replicas.contains(&self.broker_id) {
+                    match self
+                        .placement
+                        .assign(&TopicPartition::new(topic.name.clone(), index as i32))
+                    {
+                        Ok(shard) => partition.shard = Some(shard),
+                        Err(error) => {
+                            warn!(topic = topic.name, index, %error, "cannot persist shard placement")
+                        }
+                    }
+                }
+            }
+        }
+        Arc::new(image)
+    }
+
+    /// Serves the shards until every one of them has hung up.
+    pub async fn run(mut self, ends: ControlEnds) {
+        let mut images: Vec<ConnectedSender<ApplyImage>> = Vec::new();
+        let connecting: Vec<_> = ends
+            .images
+            .into_iter()
+            .map(|s| glommio::spawn_local(s.connect()))
+            .collect();
+        let (merged_tx, merged_rx) =
+            local_channel::new_bounded::<ControlRequest>(CONTROL_CHANNEL_CAPACITY);
+        let merged_tx = std::rc::Rc::new(merged_tx);
+        for receiver in ends.requests {
+            let merged_tx = merged_tx.clone();
+            glommio::spawn_local(async move {
+                let receiver: ConnectedReceiver<ControlRequest> = receiver.connect().await;
+                while let Some(request) = receiver.recv().await {
+                    if merged_tx.send(request).await.is_err() {
+                        break;
+                    }
+                }
+            })
+            .detach();
+        }
+        drop(merged_tx);
+        for task in connecting {
+            images.push(task.await);
+        }
+        while let Some(request) = merged_rx.recv().await {
+            tracing::debug!("control request");
+            let (changed, reply) = self.serve(request);
+            if changed {
+                let image = self.next_image();
+                for shard in &images {
+                    let (applied, done) = oneshot::channel();
+                    if shard
+                        .send(ApplyImage {
+                            image: image.clone(),
+                            applied,
+                        })
+                        .await
+                        .is_ok()
+                    {
+                        let _ = done.await;
+                    }
+                }
+            }
+            reply();
+        }
+    }
+
+    /// Applies one request. Returns whether the metadata changed and the reply,
+    /// which `run` sends only after every shard applied the change.
+    fn serve(&mut self, request: ControlRequest) -> (bool, Box<dyn FnOnce()>) {
+        match request {
+            ControlRequest::CreateTopics {
+                topics,
+                validate_only,
+                reply,
+            } => {
+                let results = self.controller.create_topics(&topics, validate_only);
+                let changed = !validate_only && results.iter().any(Result::is_ok);
+                (changed, Box::new(move || drop(reply.send(results))))
+            }
+            ControlRequest::DeleteTopics { names, reply } => {
+                let results = self.controller.delete_topics(&names);
+                let changed = results.iter().any(Result::is_ok);
+                (changed, Box::new(move || drop(reply.send(results))))
+            }
+            ControlRequest::CreatePartitions {
+                topic,
+                count,
+                assignments,
+                validate_only,
+                reply,
+            } => {
+                let result =
+                    self.controller
+                        .create_partitions(&topic, count, assignments, validate_only);
+                let changed = !validate_only && result.is_ok();
+                (changed, Box::new(move || drop(reply.send(result))))
+            }
+            ControlRequest::AlterConfigs {
+                topic,
+                changes,
+                replace_all,
+                validate_only,
+                reply,
+            } => {
+                let result = self.controller.alter_topic_config(
+                    &topic,
+                    &changes,
+                    replace_all,
+                    validate_only,
+                );
+                let changed = !validate_only && result.is_ok();
+                (changed, Box::new(move || drop(reply.send(result))))
+            }
+        }
+    }
+}

@@ -1,0 +1,174 @@
+//! Starting and stopping a broker: metadata, control plane, shards, listeners.
+
+pub mod broker;
+pub mod control;
+
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use glommio::{LocalExecutorBuilder, Placement};
+use shards::log::{LogDirs, LogManager};
+use shards::runtime::{spawn_shards, ShardPlacement, ShardRuntimeConfig, ShardStart};
+use tracing::{info, warn};
+
+use self::broker::ShardBroker;
+use self::control::{
+    build_control_channels, ApplyImage, ControlClient, ControlPlane, ShardControlEnds,
+};
+use crate::config::BrokerConfig;
+use crate::controller::{KafkaController, TopicDefaults};
+use crate::metadata::image::BrokerEndpoint;
+use crate::metadata::store::EmbeddedStore;
+use crate::network::{accept_loop, bind, InFlight};
+
+/// How often a shard looks for the shutdown signal.
+const STOP_POLL_INTERVAL: Duration = Duration::from_millis(20);
+/// How long shutdown waits for in-flight requests to be answered.
+const SHUTDOWN_DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+/// io_uring buffer memory for the control plane's executor.
+const CONTROL_IO_MEMORY_BYTES: usize = 256 * 1024;
+
+/// A running broker; `stop` shuts it down cleanly.
+pub struct RunningBroker {
+    stop: Arc<AtomicBool>,
+    shards: Vec<glommio::ExecutorJoinHandle<()>>,
+    control: glommio::ExecutorJoinHandle<()>,
+    dirs: Arc<LogDirs>,
+}
+
+pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::Error>> {
+    let config = Arc::new(config);
+    let nr_shards = config.cores.len();
+    let dirs = LogDirs::open(&config.log_dirs);
+    let store = EmbeddedStore::open(&config.log_dirs[0])?;
+    let controller = KafkaController::startup(
+        store,
+        BrokerEndpoint {
+            id: config.broker_id,
+            host: config.advertised_host.clone(),
+            port: config.advertised_port,
+        },
+        TopicDefaults {
+            num_partitions: config.num_partitions,
+            default_replication_factor: config.default_replication_factor,
+            log_config: config.log_defaults.clone(),
+        },
+    )?;
+    let placement = Arc::new(ShardPlacement::load(&config.log_dirs, nr_shards)?);
+    let mut control_plane = ControlPlane::new(controller, placement, config.broker_id);
+    let initial_image = control_plane.next_image();
+    let (control_ends, shard_ends) = build_control_channels(nr_shards);
+    let control = LocalExecutorBuilder::new(Placement::Unbound)
+        .name("control")
+        .io_memory(CONTROL_IO_MEMORY_BYTES)
+        .spawn(move || control_plane.run(control_ends))
+        .map_err(|e| e.to_string())?;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
+    let shard_ends: Arc<Mutex<Vec<Option<ShardControlEnds>>>> =
+        Arc::new(Mutex::new(shard_ends.into_iter().map(Some).collect()));
+    let runtime = ShardRuntimeConfig::for_cores(config.cores.clone());
+    let max_in_flight_mesh_jobs = runtime.max_in_flight_mesh_jobs;
+    let shard_dirs = dirs.clone();
+    let shard_stop = stop.clone();
+    let shards =
+        spawn_shards::<ShardBroker, _, _, ()>(&runtime, move |start: ShardStart<ShardBroker>| {
+            let (config, dirs, stop, image, ready) = (
+                config.clone(),
+                shard_dirs.clone(),
+                shard_stop.clone(),
+                initial_image.clone(),
+                ready_tx.clone(),
+            );
+            let ends = shard_ends.lock().unwrap()[start.shard_id]
+                .take()
+                .expect("one set of control ends per shard");
+            async move {
+                let log_manager = LogManager::new(start.shard_id, dirs, config.log_manager.clone());
+                let image_receiver = glommio::spawn_local(ends.images.connect());
+                let control = ControlClient::new(ends.requests.connect().await);
+                let broker = Rc::new(ShardBroker::new(
+                    start.shard_id,
+                    config.clone(),
+                    log_manager.clone(),
+                    control,
+                    image.clone(),
+                ));
+                broker.set_mesh(
+                    start
+                        .mesh
+                        .connect(broker.clone(), max_in_flight_mesh_jobs)
+                        .await,
+                );
+                broker.apply_image(image).await;
+                let images = image_receiver.await;
+                let applier = broker.clone();
+                glommio::spawn_local(async move {
+                    while let Some(ApplyImage { image, applied }) = images.recv().await {
+                        applier.apply_image(image).await;
+                        let _ = applied.send(());
+                    }
+                })
+                .detach();
+                log_manager.start_background_tasks();
+                let listener = match bind(config.listener) {
+                    Ok(listener) => listener,
+                    Err(error) => {
+                        let _ = ready.send(Err(format!(
+                            "cannot listen on {}: {error}",
+                            config.listener
+                        )));
+                        return;
+                    }
+                };
+                let in_flight = Rc::new(InFlight::default());
+                let acceptor =
+                    glommio::spawn_local(accept_loop(listener, broker.clone(), in_flight.clone()));
+                let _ = ready.send(Ok(()));
+                while !stop.load(Ordering::Acquire) {
+                    glommio::timer::sleep(STOP_POLL_INTERVAL).await;
+                }
+                acceptor.cancel().await;
+                in_flight.stop();
+                let drain_deadline = Instant::now() + SHUTDOWN_DRAIN_TIMEOUT;
+                while in_flight.requests() > 0 && Instant::now() < drain_deadline {
+                    glommio::timer::sleep(STOP_POLL_INTERVAL).await;
+                }
+                log_manager.shutdown().await;
+                broker.mesh().close();
+            }
+        })?;
+    for _ in 0..nr_shards {
+        ready_rx
+            .recv()
+            .map_err(|_| "a shard died while starting")??;
+    }
+    Ok(RunningBroker {
+        stop,
+        shards,
+        control,
+        dirs,
+    })
+}
+
+impl RunningBroker {
+    /// Answers in-flight requests, flushes every log, writes the checkpoints and
+    /// the clean-shutdown marker.
+    pub fn stop(self) -> Result<(), Box<dyn std::error::Error>> {
+        self.stop.store(true, Ordering::Release);
+        for shard in self.shards {
+            shard.join().map_err(|error| error.to_string())?;
+        }
+        // The shards hung up on the control plane, which then ends.
+        if let Err(error) = self.control.join() {
+            warn!(%error, "control plane ended badly");
+        }
+        self.dirs.write_checkpoints()?;
+        self.dirs.mark_clean_shutdown()?;
+        info!("shut down cleanly");
+        Ok(())
+    }
+}
