@@ -111,17 +111,15 @@ fn bad_batches_are_refused_and_nothing_is_written() {
             10
         );
 
-        // A good batch followed by a bad one: neither is written.
+        // A client sends one batch per partition: two are refused, whole.
         let mut two = batch(2, 2, 10, 1_000);
-        let mut truncated = batch(4, 2, 10, 1_000);
-        truncated.truncate(truncated.len() - 3);
-        two.extend_from_slice(&truncated);
+        two.extend_from_slice(&batch(4, 2, 10, 1_000));
         assert_eq!(
             log.append_as_leader(two, 0, 1_000)
                 .await
                 .unwrap_err()
                 .kafka_error_code(),
-            2
+            87
         );
 
         let future = batch(2, 1, 10, 1_000 + 2 * 3_600_000);
@@ -218,6 +216,9 @@ fn retention_deletes_whole_closed_segments_only() {
                 .unwrap();
         }
         let before = log.segment_count();
+        // Nothing above the high watermark goes.
+        assert_eq!(log.delete_retained_segments(2_000).await.unwrap(), 0);
+        log.set_high_watermark(log.log_end_offset());
         let deleted = log.delete_retained_segments(2_000).await.unwrap();
         assert!(deleted > 0);
         assert_eq!(log.segment_count(), before - deleted);
@@ -291,6 +292,9 @@ fn compaction_keeps_the_last_record_per_key_and_never_moves_offsets() {
 
         let end = log.log_end_offset();
         let active_base = log.active_segment().base_offset();
+        // Nothing above the high watermark is cleaned.
+        assert!(log.clean(5_500, 1 << 20).await.unwrap().is_none());
+        log.set_high_watermark(end);
         let stats = log
             .clean(5_500, 1 << 20)
             .await

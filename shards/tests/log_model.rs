@@ -151,6 +151,7 @@ fn check(ops: Vec<Op>) {
                     let end = log.log_end_offset();
                     drop(log);
                     log = open_log(dir.path(), config(-1), recovery_point, clean).await;
+                    log.set_high_watermark(log.log_end_offset());
                     assert_eq!(
                         log.log_end_offset(),
                         end,

@@ -289,3 +289,71 @@ fn a_failing_log_dir_goes_offline_and_the_others_keep_serving() {
         assert!(new_log.dir().starts_with(&big));
     });
 }
+
+#[test]
+fn an_unclean_restart_keeps_the_leader_epoch_history() {
+    let dir = tempfile::tempdir().unwrap();
+    run(async {
+        let log = open_log(dir.path(), config(), 0, false).await;
+        for i in 0..60 {
+            let epoch = match i {
+                0..=19 => 0,
+                20..=39 => 3,
+                _ => 5,
+            };
+            log.append_as_leader(batch(i * 5, 5, 100, 1_000), epoch, 2_000)
+                .await
+                .unwrap();
+        }
+        log.flush().await.unwrap();
+    });
+    let before = fs::read_to_string(dir.path().join("topic-0/leader-epoch-checkpoint")).unwrap();
+    assert_eq!(before, "0\n3\n0 0\n3 100\n5 200\n");
+    run(async {
+        // Recovery starts inside epoch 3 and replays its batches.
+        let log = open_log(dir.path(), config(), 150, false).await;
+        assert_eq!(log.end_offset_for_epoch(0), Some((0, 100)));
+        assert_eq!(log.end_offset_for_epoch(3), Some((3, 200)));
+    });
+    assert_eq!(
+        fs::read_to_string(dir.path().join("topic-0/leader-epoch-checkpoint")).unwrap(),
+        before
+    );
+}
+
+#[test]
+fn a_corrupt_batch_below_the_recovery_point_cuts_only_its_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let bases = fill(dir.path());
+    // An old, flushed segment loses its index and has a flipped byte.
+    fs::remove_file(segment(dir.path(), bases[1], ".index")).unwrap();
+    let victim = segment(dir.path(), bases[1], ".log");
+    let mut bytes = fs::read(&victim).unwrap();
+    let at = bytes.len() - 20;
+    bytes[at] ^= 0x5a;
+    fs::write(&victim, &bytes).unwrap();
+    run(async {
+        let log = open_log(dir.path(), config(), 300, true).await;
+        assert_eq!(log.segment_count(), bases.len(), "later segments are kept");
+        assert_eq!(log.log_end_offset(), 300);
+        // Everything returned is valid; only the cut batch is missing.
+        assert_eq!(read_all(&log).await.len(), 295);
+    });
+}
+
+#[test]
+fn produced_batches_must_fill_their_offset_range() {
+    let dir = tempfile::tempdir().unwrap();
+    run(async {
+        let log = open_log(dir.path(), config(), 0, false).await;
+        let mut sparse = batch(0, 3, 10, 1_000);
+        let delta = shards::log::record_batch::LAST_OFFSET_DELTA_OFFSET;
+        sparse[delta..delta + 4].copy_from_slice(&i32::MAX.to_be_bytes());
+        let crc = shards::log::record_batch::compute_crc(&sparse);
+        let at = shards::log::record_batch::CRC_OFFSET;
+        sparse[at..at + 4].copy_from_slice(&crc.to_be_bytes());
+        let error = log.append_as_leader(sparse, 0, 2_000).await.unwrap_err();
+        assert_eq!(error.kafka_error_code(), 87, "INVALID_RECORD");
+        assert_eq!(log.log_end_offset(), 0);
+    });
+}

@@ -12,7 +12,7 @@ use tracing::info;
 use super::compression::{compress, decompress};
 use super::log::rename_segment_files;
 use super::record_batch::{
-    RecordBatchBuilder, RecordBatchHeader, RecordIter, RECORD_BATCH_OVERHEAD,
+    RecordBatchBuilder, RecordBatchHeader, RecordIter, TimestampType, RECORD_BATCH_OVERHEAD,
 };
 use super::segment::{AppendedBatch, LogSegment, CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX};
 use super::{Log, LogError};
@@ -51,8 +51,16 @@ impl Log {
         }
         self.health().check()?;
         let _permit = self.maintenance_permit().await;
+        if self.is_deleted() {
+            return Ok(None);
+        }
         let segments = self.segments();
-        let closed = &segments[..segments.len() - 1];
+        // Never past the high watermark: those records may still be truncated.
+        let closed: Vec<Rc<LogSegment>> = segments[..segments.len() - 1]
+            .iter()
+            .take_while(|s| s.next_offset() <= self.high_watermark())
+            .cloned()
+            .collect();
         // Segments younger than min.compaction.lag.ms are not cleanable yet.
         let cleanable_count = closed
             .iter()
@@ -237,6 +245,7 @@ fn filter_batch(
     let section = decompress(codec, &batch[RECORD_BATCH_OVERHEAD..])?;
     let mut builder = RecordBatchBuilder::like(header);
     let mut total = 0u64;
+    let mut kept_max_timestamp = -1;
     for record in RecordIter::new(&section) {
         let record = record?;
         total += 1;
@@ -250,7 +259,14 @@ fn filter_batch(
         };
         if keep {
             builder.append_raw(&record);
+            kept_max_timestamp =
+                kept_max_timestamp.max(header.base_timestamp + record.timestamp_delta);
         }
+    }
+    // Kafka recomputes a rewritten batch's max timestamp from what it kept
+    // (LogAppendTime batches keep the broker's stamp).
+    if header.timestamp_type() == TimestampType::CreateTime {
+        builder.max_timestamp = kept_max_timestamp;
     }
     let kept = builder.records_count() as u64;
     Ok(if kept == total {

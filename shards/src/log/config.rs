@@ -118,7 +118,17 @@ impl LogConfig {
     /// which keys it forwards.
     pub fn set(&mut self, name: &str, value: &str) -> Result<(), ConfigError> {
         match name {
-            "segment.bytes" => self.segment_bytes = parse_number(name, value, 14)?,
+            "segment.bytes" => {
+                // Positions in `.index` are Kafka ints.
+                let bytes: u64 = parse_number(name, value, 14)?;
+                if bytes > i32::MAX as u64 {
+                    return Err(ConfigError {
+                        name: name.into(),
+                        reason: format!("{bytes} is above the maximum {}", i32::MAX),
+                    });
+                }
+                self.segment_bytes = bytes;
+            }
             "segment.ms" => self.segment_ms = parse_number(name, value, 1)?,
             "segment.index.bytes" => self.segment_index_bytes = parse_number(name, value, 8)?,
             "index.interval.bytes" => self.index_interval_bytes = parse_number(name, value, 0)?,

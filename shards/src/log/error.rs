@@ -19,12 +19,15 @@ pub enum LogError {
     },
     /// An I/O error; the log directory is taken offline: KAFKA_STORAGE_ERROR (56).
     KafkaStorage(String),
+    /// The partition is being deleted here: NOT_LEADER_OR_FOLLOWER (6).
+    LogDeleted(String),
 }
 
 impl LogError {
     pub fn kafka_error_code(&self) -> i16 {
         match self {
             LogError::OffsetOutOfRange { .. } => 1,
+            LogError::LogDeleted(_) => 6,
             LogError::CorruptMessage(_) => 2,
             LogError::MessageTooLarge { .. } => 10,
             LogError::InvalidTimestamp(_) => 32,
@@ -56,6 +59,7 @@ impl fmt::Display for LogError {
                 "offset {offset} is outside [{log_start_offset}, {log_end_offset}]"
             ),
             LogError::KafkaStorage(why) => write!(f, "storage error: {why}"),
+            LogError::LogDeleted(partition) => write!(f, "{partition} is being deleted"),
         }
     }
 }

@@ -25,6 +25,18 @@ use super::segment::{
 };
 use super::{LogConfig, LogError, TimestampPolicy};
 
+/// Suffix of a partition directory being deleted.
+pub const DELETE_DIR_SUFFIX: &str = "-delete";
+
+/// The recovery point and what guards it: flushes and truncations serialize on
+/// `lock`, and a background flush started before a truncation does not move
+/// the recovery point after it.
+struct FlushState {
+    lock: Semaphore,
+    recovery_point: Cell<i64>,
+    truncations: Cell<u64>,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct TopicPartition {
     pub topic: String,
@@ -68,7 +80,8 @@ pub struct LogAppendInfo {
     pub log_append_time_ms: i64,
     pub log_start_offset: i64,
     pub records_count: i64,
-    pub batches: Vec<RecordBatchHeader>,
+    /// The batch as written (offsets and broker timestamps stamped).
+    pub batch: RecordBatchHeader,
 }
 
 /// The result of a read: at most one segment's byte range, whole batches.
@@ -107,8 +120,11 @@ pub struct Log {
     log_start_offset: Cell<i64>,
     log_end_offset: Cell<i64>,
     high_watermark: Cell<i64>,
-    /// Shared with the background flush of a rolled segment, which moves it.
-    recovery_point: Rc<Cell<i64>>,
+    /// The recovery point and what guards it, shared with the background flush
+    /// of rolled segments.
+    flush_state: Rc<FlushState>,
+    /// Set once the partition is being deleted; every later operation refuses.
+    deleted: Cell<bool>,
     unflushed_messages: Cell<i64>,
     last_flush_ms: Cell<i64>,
     /// First offset the cleaner has not yet deduplicated.
@@ -166,7 +182,7 @@ impl Log {
             let name = entry?.file_name().to_string_lossy().into_owned();
             if let Some(base) = name
                 .strip_suffix(LOG_FILE_SUFFIX)
-                .and_then(|stem| stem.parse::<i64>().ok())
+                .and_then(parse_base_offset)
             {
                 base_offsets.push(base);
             }
@@ -190,7 +206,9 @@ impl Log {
             let (segment, recovery) =
                 LogSegment::open(dir, base, "", &config, recover, now_ms).await?;
             if let Some(recovery) = recovery {
-                if recovery.truncated_bytes > 0 {
+                // Past the recovery point a cut tail makes later data unreachable
+                // (it was never flushed); below it, only this segment is cut.
+                if recover && recovery.truncated_bytes > 0 {
                     truncated_at = Some(segment.next_offset());
                 }
                 epochs_seen.extend(recovery.epochs);
@@ -210,7 +228,13 @@ impl Log {
         let mut epoch_cache = LeaderEpochFileCache::load(dir)?;
         let mut epochs_changed = false;
         for (epoch, offset) in epochs_seen {
-            epochs_changed |= epoch_cache.assign(epoch, offset);
+            // Only newer epochs: recovered batches never rewrite known history.
+            if epoch_cache
+                .latest_epoch()
+                .is_none_or(|latest| epoch > latest)
+            {
+                epochs_changed |= epoch_cache.assign(epoch, offset);
+            }
         }
         epochs_changed |= epoch_cache.truncate_from_end(log_end_offset);
         epochs_changed |= epoch_cache.truncate_from_start(log_start_offset);
@@ -230,7 +254,12 @@ impl Log {
                     .unwrap_or(log_start_offset)
                     .clamp(log_start_offset, log_end_offset),
             ),
-            recovery_point: Rc::new(Cell::new(recovery_point.min(log_end_offset))),
+            flush_state: Rc::new(FlushState {
+                lock: Semaphore::new(1),
+                recovery_point: Cell::new(recovery_point.min(log_end_offset)),
+                truncations: Cell::new(0),
+            }),
+            deleted: Cell::new(false),
             unflushed_messages: Cell::new(0),
             last_flush_ms: Cell::new(now_ms),
             first_dirty_offset: Cell::new(log_start_offset),
@@ -238,10 +267,6 @@ impl Log {
             append_lock: Semaphore::new(1),
             maintenance_lock: Semaphore::new(1),
         };
-        if !had_clean_shutdown {
-            // Everything was just validated up to the log end.
-            log.recovery_point.set(log_end_offset);
-        }
         info!(
             partition = %log.topic_partition,
             log_start_offset, log_end_offset, segments = log.segments.borrow().len(),
@@ -278,7 +303,18 @@ impl Log {
             .set(offset.clamp(self.log_start_offset(), self.log_end_offset()));
     }
     pub fn recovery_point(&self) -> i64 {
-        self.recovery_point.get()
+        self.flush_state.recovery_point.get()
+    }
+
+    pub fn is_deleted(&self) -> bool {
+        self.deleted.get()
+    }
+
+    fn check_not_deleted(&self) -> Result<(), LogError> {
+        if self.deleted.get() {
+            return Err(LogError::LogDeleted(self.topic_partition.to_string()));
+        }
+        Ok(())
     }
     pub fn first_dirty_offset(&self) -> i64 {
         self.first_dirty_offset.get()
@@ -324,45 +360,41 @@ impl Log {
         now_ms: i64,
     ) -> Result<LogAppendInfo, LogError> {
         self.health.check()?;
+        self.check_not_deleted()?;
         let config = self.config();
-        let mut headers = validate_for_append(&records, &config, now_ms)?;
+        validate_for_append(&records, &config, now_ms)?;
         let _permit = self
             .append_lock
             .acquire_permit(1)
             .await
             .expect("lock closed");
+        self.check_not_deleted()?;
         let log_append_time_ms = match config.message_timestamp_type {
             TimestampPolicy::LogAppendTime => Some(now_ms),
             TimestampPolicy::CreateTime => None,
         };
         let first_offset = self.log_end_offset();
-        let mut next_offset = first_offset;
-        let mut position = 0usize;
-        let mut batches = Vec::with_capacity(headers.len());
-        let mut max_timestamp = -1;
-        for header in headers.iter_mut() {
-            let size = header.size_bytes();
-            stamp_batch(
-                &mut records[position..position + size],
-                &AppendStamp {
-                    base_offset: next_offset,
-                    partition_leader_epoch: leader_epoch,
-                    log_append_time_ms,
-                },
-            );
-            *header = RecordBatchHeader::parse(&records[position..])?;
-            max_timestamp = max_timestamp.max(header.max_timestamp);
-            batches.push(AppendedBatch {
-                position_in_buffer: position,
-                header: *header,
-            });
-            next_offset = header.next_offset();
-            position += size;
-        }
-        let last_offset = next_offset - 1;
-        let records_count = next_offset - first_offset;
-        self.append_locked(records, &batches, max_timestamp, last_offset, now_ms)
-            .await?;
+        stamp_batch(
+            &mut records,
+            &AppendStamp {
+                base_offset: first_offset,
+                partition_leader_epoch: leader_epoch,
+                log_append_time_ms,
+            },
+        );
+        let header = RecordBatchHeader::parse(&records)?;
+        let batch = AppendedBatch {
+            position_in_buffer: 0,
+            header,
+        };
+        self.append_locked(
+            records,
+            &[batch],
+            header.max_timestamp,
+            header.last_offset(),
+            now_ms,
+        )
+        .await?;
         let epoch_changed = self
             .leader_epoch_cache
             .borrow_mut()
@@ -370,6 +402,7 @@ impl Log {
         if epoch_changed {
             self.write_leader_epoch_checkpoint().await?;
         }
+        let records_count = header.next_offset() - first_offset;
         self.unflushed_messages
             .set(self.unflushed_messages.get() + records_count);
         if self.unflushed_messages.get() >= config.flush_messages {
@@ -377,12 +410,12 @@ impl Log {
         }
         Ok(LogAppendInfo {
             first_offset,
-            last_offset,
-            max_timestamp,
+            last_offset: header.last_offset(),
+            max_timestamp: header.max_timestamp,
             log_append_time_ms: log_append_time_ms.unwrap_or(-1),
             log_start_offset: self.log_start_offset(),
             records_count,
-            batches: headers,
+            batch: header,
         })
     }
 
@@ -443,16 +476,38 @@ impl Log {
         );
         self.segments.borrow_mut().insert(base, segment.clone());
         info!(partition = %self.topic_partition, base, "rolled a new segment");
+        // Flush everything before the new segment in the background; only
+        // flushed data moves the recovery point (what a crash rescans).
         let health = self.health.clone();
-        let recovery_point = self.recovery_point.clone();
+        let flush_state = self.flush_state.clone();
+        let generation = flush_state.truncations.get();
+        let closed: Vec<Rc<LogSegment>> = self
+            .segments
+            .borrow()
+            .range(..base)
+            .map(|(_, s)| s.clone())
+            .collect();
         glommio::spawn_local(async move {
-            match old.flush().await {
-                // Only flushed data moves the recovery point (what a crash rescans).
-                Ok(()) => recovery_point.set(recovery_point.get().max(base)),
-                Err(error) => {
+            let _permit = flush_state
+                .lock
+                .acquire_permit(1)
+                .await
+                .expect("lock closed");
+            if flush_state.truncations.get() != generation {
+                return; // truncated meanwhile: these offsets may no longer exist
+            }
+            for segment in closed
+                .iter()
+                .filter(|s| s.next_offset() > flush_state.recovery_point.get())
+            {
+                if let Err(error) = segment.flush().await {
                     health.on_error(error.into());
+                    return;
                 }
             }
+            flush_state
+                .recovery_point
+                .set(flush_state.recovery_point.get().max(base));
         })
         .detach();
         Ok(segment)
@@ -461,13 +516,19 @@ impl Log {
     /// Flushes every segment holding unflushed offsets; the recovery point moves
     /// to the log end as it was when the flush began.
     pub async fn flush(&self) -> Result<(), LogError> {
+        let _permit = self
+            .flush_state
+            .lock
+            .acquire_permit(1)
+            .await
+            .expect("lock closed");
         let up_to = self.log_end_offset();
+        let recovery_point = self.recovery_point();
         let segments: Vec<_> = self
             .segments()
             .into_iter()
             .filter(|segment| {
-                segment.next_offset() > self.recovery_point()
-                    || segment.base_offset() >= self.recovery_point()
+                segment.next_offset() > recovery_point || segment.base_offset() >= recovery_point
             })
             .collect();
         for segment in segments {
@@ -476,7 +537,9 @@ impl Log {
                 .await
                 .map_err(|error| self.health.on_error(error.into()))?;
         }
-        self.recovery_point.set(self.recovery_point().max(up_to));
+        self.flush_state
+            .recovery_point
+            .set(recovery_point.max(up_to));
         self.unflushed_messages.set(0);
         Ok(())
     }
@@ -504,6 +567,7 @@ impl Log {
         min_one_batch: bool,
     ) -> Result<FetchDataInfo, LogError> {
         self.health.check()?;
+        self.check_not_deleted()?;
         let (log_start_offset, log_end_offset) = (self.log_start_offset(), self.log_end_offset());
         if fetch_offset < log_start_offset || fetch_offset > log_end_offset {
             return Err(LogError::OffsetOutOfRange {
@@ -610,6 +674,7 @@ impl Log {
             .acquire_permit(1)
             .await
             .expect("lock closed");
+        self.check_not_deleted()?;
         let segments = self.segments();
         let closed = &segments[..segments.len() - 1];
         let mut size_over = if config.retention_bytes >= 0 {
@@ -619,6 +684,10 @@ impl Log {
         };
         let mut doomed = Vec::new();
         for segment in closed {
+            // Never what followers and consumers cannot have read yet.
+            if segment.next_offset() > self.high_watermark() {
+                break;
+            }
             let expired = config.retention_ms >= 0
                 && segment.max_timestamp() >= 0
                 && now_ms - segment.max_timestamp() > config.retention_ms;
@@ -675,9 +744,19 @@ impl Log {
             .acquire_permit(1)
             .await
             .expect("lock closed");
+        let _flush = self
+            .flush_state
+            .lock
+            .acquire_permit(1)
+            .await
+            .expect("lock closed");
+        self.check_not_deleted()?;
         if offset >= self.log_end_offset() {
             return Ok(());
         }
+        self.flush_state
+            .truncations
+            .set(self.flush_state.truncations.get() + 1);
         let offset = offset.max(self.log_start_offset());
         let later: Vec<Rc<LogSegment>> = {
             let mut map = self.segments.borrow_mut();
@@ -708,7 +787,8 @@ impl Log {
         self.log_end_offset.set(active.next_offset());
         self.high_watermark
             .set(self.high_watermark().min(self.log_end_offset()));
-        self.recovery_point
+        self.flush_state
+            .recovery_point
             .set(self.recovery_point().min(self.log_end_offset()));
         self.first_dirty_offset
             .set(self.first_dirty_offset().min(self.log_end_offset()));
@@ -720,6 +800,43 @@ impl Log {
             self.write_leader_epoch_checkpoint().await?;
         }
         Ok(())
+    }
+
+    /// Takes the log out of service for deletion: waits for in-flight appends
+    /// and background work, refuses everything after, and renames the directory
+    /// to `<topic>-<partition>.<id>-delete` (Kafka's marker) so a crash during
+    /// the removal never leaves a half-deleted log to load. Returns the new path.
+    pub async fn mark_deleted(&self) -> Result<PathBuf, LogError> {
+        let _maintenance = self
+            .maintenance_lock
+            .acquire_permit(1)
+            .await
+            .expect("lock closed");
+        let _append = self
+            .append_lock
+            .acquire_permit(1)
+            .await
+            .expect("lock closed");
+        let _flush = self
+            .flush_state
+            .lock
+            .acquire_permit(1)
+            .await
+            .expect("lock closed");
+        self.deleted.set(true);
+        let doomed = self.dir.with_file_name(format!(
+            "{}.{:x}{DELETE_DIR_SUFFIX}",
+            self.topic_partition,
+            crate::log::wall_clock_ms()
+        ));
+        let (from, to) = (self.dir.clone(), doomed.clone());
+        run_blocking(move || {
+            std::fs::rename(&from, &to)?;
+            std::fs::File::open(to.parent().unwrap())?.sync_all()
+        })
+        .await
+        .map_err(|error| self.health.on_error(error.into()))?;
+        Ok(doomed)
     }
 
     /// Replaces the closed segments in `old` (consecutive) with `new`, whose files
@@ -757,57 +874,61 @@ impl Log {
     }
 }
 
-/// Validates every batch of a produce for the topic's config.
+/// Validates a produced partition's records for the topic's config: exactly
+/// one well-formed batch of client records, as Kafka requires of v2 clients.
 fn validate_for_append(
     records: &[u8],
     config: &LogConfig,
     now_ms: i64,
-) -> Result<Vec<RecordBatchHeader>, LogError> {
-    let mut headers = Vec::new();
+) -> Result<RecordBatchHeader, LogError> {
     let mut batches = BatchIter::new(records);
-    for batch in batches.by_ref() {
-        let (_, bytes) = batch?;
-        if bytes.len() > config.max_message_bytes {
-            return Err(LogError::MessageTooLarge {
-                size_bytes: bytes.len(),
-                max_bytes: config.max_message_bytes,
-            });
-        }
-        let header = validate_produced_batch(bytes)?;
-        if config.cleanup_policy.compact && header.compression()? == super::CompressionType::None {
-            for record in RecordIter::new(&bytes[RECORD_BATCH_OVERHEAD..]) {
-                if record?.key.is_none() {
-                    return Err(LogError::InvalidRecord(
-                        "compacted topic cannot accept a record without a key".into(),
-                    ));
-                }
-            }
-        }
-        if config.message_timestamp_type == TimestampPolicy::CreateTime {
-            if header.max_timestamp > now_ms.saturating_add(config.message_timestamp_after_max_ms) {
-                return Err(LogError::InvalidTimestamp(format!(
-                    "timestamp {} is more than message.timestamp.after.max.ms ahead of the broker's clock",
-                    header.max_timestamp
-                )));
-            }
-            if header.base_timestamp >= 0
-                && header.base_timestamp
-                    < now_ms.saturating_sub(config.message_timestamp_before_max_ms)
-            {
-                return Err(LogError::InvalidTimestamp(format!(
-                    "timestamp {} is more than message.timestamp.before.max.ms behind the broker's clock",
-                    header.base_timestamp
-                )));
-            }
-        }
-        headers.push(header);
-    }
-    if headers.is_empty() {
+    let (_, bytes) = batches
+        .next()
+        .ok_or_else(|| LogError::InvalidRecord("a produce with no record batch".into()))??;
+    if batches.next().is_some() {
         return Err(LogError::InvalidRecord(
-            "a produce with no record batch".into(),
+            "a produce carries exactly one record batch per partition".into(),
         ));
     }
-    Ok(headers)
+    if bytes.len() > config.max_message_bytes {
+        return Err(LogError::MessageTooLarge {
+            size_bytes: bytes.len(),
+            max_bytes: config.max_message_bytes,
+        });
+    }
+    let header = validate_produced_batch(bytes)?;
+    if header.is_control() {
+        return Err(LogError::InvalidRecord(
+            "clients cannot write control batches".into(),
+        ));
+    }
+    if config.cleanup_policy.compact {
+        let section = decompress(header.compression()?, &bytes[RECORD_BATCH_OVERHEAD..])?;
+        for record in RecordIter::new(&section) {
+            if record?.key.is_none() {
+                return Err(LogError::InvalidRecord(
+                    "compacted topic cannot accept a record without a key".into(),
+                ));
+            }
+        }
+    }
+    if config.message_timestamp_type == TimestampPolicy::CreateTime {
+        if header.max_timestamp > now_ms.saturating_add(config.message_timestamp_after_max_ms) {
+            return Err(LogError::InvalidTimestamp(format!(
+                "timestamp {} is more than message.timestamp.after.max.ms ahead of the broker's clock",
+                header.max_timestamp
+            )));
+        }
+        if header.base_timestamp >= 0
+            && header.base_timestamp < now_ms.saturating_sub(config.message_timestamp_before_max_ms)
+        {
+            return Err(LogError::InvalidTimestamp(format!(
+                "timestamp {} is more than message.timestamp.before.max.ms behind the broker's clock",
+                header.base_timestamp
+            )));
+        }
+    }
+    Ok(header)
 }
 
 /// Within one batch: the first record at or after `timestamp` (and at or after
@@ -842,6 +963,15 @@ fn first_record_at_or_after(
     Ok(whole_batch)
 }
 
+/// A segment file's stem: exactly Kafka's 20 digits.
+fn parse_base_offset(stem: &str) -> Option<i64> {
+    if stem.len() == 20 && stem.bytes().all(|b| b.is_ascii_digit()) {
+        stem.parse().ok()
+    } else {
+        None
+    }
+}
+
 /// Finishes a cleaner swap that a crash interrupted: a `.swap` segment replaces
 /// the segments its offsets cover; `.cleaned` leftovers are discarded.
 async fn complete_interrupted_swaps(
@@ -858,7 +988,7 @@ async fn complete_interrupted_swaps(
         } else if let Some(stem) =
             name.strip_suffix(&format!("{LOG_FILE_SUFFIX}{SWAP_FILE_SUFFIX}"))
         {
-            if let Ok(base) = stem.parse::<i64>() {
+            if let Some(base) = parse_base_offset(stem) {
                 swaps.push(base);
             }
         }
@@ -873,7 +1003,7 @@ async fn complete_interrupted_swaps(
             let name = entry?.file_name().to_string_lossy().into_owned();
             if let Some(old) = name
                 .strip_suffix(LOG_FILE_SUFFIX)
-                .and_then(|s| s.parse::<i64>().ok())
+                .and_then(parse_base_offset)
             {
                 if old >= base && old < swap_end {
                     for suffix in [LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX] {
@@ -883,6 +1013,13 @@ async fn complete_interrupted_swaps(
             }
         }
         rename_segment_files(dir, base, SWAP_FILE_SUFFIX, "")?;
+    }
+    // An index whose segment was already swapped in: the index is rebuilt instead.
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.to_string_lossy().ends_with(SWAP_FILE_SUFFIX) {
+            std::fs::remove_file(&path)?;
+        }
     }
     Ok(())
 }
@@ -898,7 +1035,13 @@ pub(super) fn rename_segment_files(
     for suffix in [LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX] {
         let path = segment_file_path(dir, base, suffix);
         let with = |extra: &str| PathBuf::from(format!("{}{extra}", path.display()));
-        std::fs::rename(with(from), with(to))?;
+        match std::fs::rename(with(from), with(to)) {
+            // An index renamed before a crash, or never written: rebuilt on open.
+            Err(error)
+                if error.kind() == std::io::ErrorKind::NotFound && suffix != LOG_FILE_SUFFIX => {}
+            result => result?,
+        }
     }
-    Ok(())
+    // The renames must reach the disk before anything relies on them.
+    std::fs::File::open(dir)?.sync_all()
 }

@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use tracing::{error, warn};
 
 use super::checkpoint::{read_checkpoint_file, write_checkpoint_file};
+use super::log::DELETE_DIR_SUFFIX;
 use super::{LogError, TopicPartition};
 
 pub const RECOVERY_POINT_CHECKPOINT_FILE: &str = "recovery-point-offset-checkpoint";
@@ -135,6 +136,8 @@ impl LogDirs {
         let had_clean_shutdown = marker.exists();
         if had_clean_shutdown {
             std::fs::remove_file(&marker)?;
+            // A marker that reappears after a power loss would skip recovery.
+            std::fs::File::open(path)?.sync_all()?;
         }
         let mut state = DirState::default();
         for entry in std::fs::read_dir(path)? {
@@ -142,12 +145,24 @@ impl LogDirs {
             if !entry.file_type()?.is_dir() {
                 continue;
             }
-            if let Some(tp) = TopicPartition::from_dir_name(&entry.file_name().to_string_lossy()) {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.ends_with(DELETE_DIR_SUFFIX) {
+                // A deletion the last run did not finish.
+                std::fs::remove_dir_all(entry.path())?;
+            } else if let Some(tp) = TopicPartition::from_dir_name(&name) {
                 state.partitions.insert(tp, PartitionCheckpoint::default());
             }
         }
         let read = |file: &str| -> io::Result<Vec<(TopicPartition, i64)>> {
-            let lines = read_checkpoint_file(&path.join(file))?.unwrap_or_default();
+            // Kafka's answer to an unreadable checkpoint: warn and start from zero
+            // (recovery then rescans), never refuse the directory.
+            let lines = match read_checkpoint_file(&path.join(file)) {
+                Ok(lines) => lines.unwrap_or_default(),
+                Err(error) => {
+                    warn!(dir = %path.display(), file, %error, "unreadable checkpoint; ignoring it");
+                    Vec::new()
+                }
+            };
             lines
                 .iter()
                 .map(|line| {
@@ -160,7 +175,11 @@ impl LogDirs {
                         _ => Err(bad_line(line)),
                     }
                 })
-                .collect()
+                .collect::<io::Result<Vec<_>>>()
+                .or_else(|error| {
+                    warn!(dir = %path.display(), file, %error, "unreadable checkpoint; ignoring it");
+                    Ok(Vec::new())
+                })
         };
         for (tp, offset) in read(RECOVERY_POINT_CHECKPOINT_FILE)? {
             if let Some(checkpoint) = state.partitions.get_mut(&tp) {

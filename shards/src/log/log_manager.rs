@@ -114,15 +114,16 @@ impl LogManager {
         Ok(log)
     }
 
-    /// Removes the partition and its directory.
+    /// Removes the partition: out of service at once, its directory renamed to
+    /// Kafka's `-delete` marker, then removed.
     pub async fn delete_log(&self, tp: &TopicPartition) -> Result<(), LogError> {
         let Some(log) = self.logs.borrow_mut().remove(tp) else {
             return Ok(());
         };
         self.dirs.remove(tp);
-        let dir = log.dir().to_owned();
+        let doomed = log.mark_deleted().await?;
         let health = log.health().clone();
-        run_blocking(move || std::fs::remove_dir_all(dir))
+        run_blocking(move || std::fs::remove_dir_all(doomed))
             .await
             .map_err(|error| health.on_error(error.into()))
     }

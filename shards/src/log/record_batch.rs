@@ -240,16 +240,15 @@ fn validate(batch: &[u8], consecutive_offsets: bool) -> Result<RecordBatchHeader
                 header.records_count
             )));
         }
-        if consecutive_offsets && count > 0 && header.last_offset_delta != count - 1 {
-            return Err(LogError::InvalidRecord(format!(
-                "last offset delta {} for {count} records",
-                header.last_offset_delta
-            )));
-        }
-    } else if header.records_count == 0 && !header.is_control() {
-        return Err(LogError::InvalidRecord(
-            "compressed batch with no records".into(),
-        ));
+    }
+    // A producer's batch is dense: its records fill its offset range exactly.
+    if consecutive_offsets
+        && (header.records_count == 0 || header.last_offset_delta != header.records_count - 1)
+    {
+        return Err(LogError::InvalidRecord(format!(
+            "last offset delta {} for {} records",
+            header.last_offset_delta, header.records_count
+        )));
     }
     Ok(header)
 }

@@ -10,7 +10,9 @@ use tracing::warn;
 
 use super::file::SegmentFile;
 use super::index::{OffsetIndex, OffsetPosition, TimeIndex, TimestampOffset};
-use super::record_batch::{validate_batch, RecordBatchHeader, NO_TIMESTAMP, RECORD_BATCH_OVERHEAD};
+use super::record_batch::{
+    validate_batch, BatchIter, RecordBatchHeader, NO_TIMESTAMP, RECORD_BATCH_OVERHEAD,
+};
 use super::LogConfig;
 
 pub const LOG_FILE_SUFFIX: &str = ".log";
@@ -56,12 +58,21 @@ pub struct FileSlice {
 }
 
 impl FileSlice {
+    /// The slice's bytes. If the file shrank since the slice was taken (a
+    /// truncation), only the whole batches still there are returned.
     pub async fn read(&self) -> io::Result<Vec<u8>> {
-        Ok(self
+        let mut bytes = self
             .file
-            .read_exact_at(self.position, self.size_bytes)
+            .read_at(self.position, self.size_bytes)
             .await?
-            .to_vec())
+            .to_vec();
+        if bytes.len() < self.size_bytes {
+            let mut batches = BatchIter::new(&bytes);
+            while let Some(Ok(_)) = batches.next() {}
+            let whole = batches.position();
+            bytes.truncate(whole);
+        }
+        Ok(bytes)
     }
 }
 
@@ -225,9 +236,13 @@ impl LogSegment {
             let recovery = segment.recover().await?;
             return Ok((segment, Some(recovery)));
         }
-        segment.load_tail_state().await?;
-        if !segment.time_index.borrow().is_sane(segment.next_offset()) {
-            warn!(segment = %log_path.display(), "time index fails its sanity check; rebuilding");
+        let trusted = match segment.load_tail_state().await {
+            Ok(()) => segment.time_index.borrow().is_sane(segment.next_offset()),
+            Err(error) if error.kind() == io::ErrorKind::InvalidData => false,
+            Err(error) => return Err(error),
+        };
+        if !trusted {
+            warn!(segment = %log_path.display(), "batches and indexes disagree; rebuilding");
             let recovery = segment.recover().await?;
             return Ok((segment, Some(recovery)));
         }
@@ -237,6 +252,13 @@ impl LogSegment {
     /// For a trusted segment: finds the next offset by walking headers from the last
     /// index entry, and takes the max timestamp from the time index.
     async fn load_tail_state(&self) -> io::Result<()> {
+        if self.size_bytes() >= RECORD_BATCH_OVERHEAD as u64 {
+            // segment.ms counts from the first batch, across restarts too.
+            let first = self.log.read_exact_at(0, RECORD_BATCH_OVERHEAD).await?;
+            let header = RecordBatchHeader::parse(&first)
+                .map_err(|error| io::Error::new(io::ErrorKind::InvalidData, error.to_string()))?;
+            self.rolling_based_timestamp.set(Some(header.max_timestamp));
+        }
         let start = self.offset_index.borrow().last().map_or(0, |e| e.position);
         let mut next_offset = self.base_offset;
         let mut last_position = start as u64;
@@ -547,7 +569,13 @@ impl LogSegment {
         let mut position = 0u64;
         let mut epochs = Vec::new();
         while let Some((header, batch)) = reader.next().await? {
-            if validate_batch(batch).is_err() || header.base_offset < self.next_offset() {
+            // The base offset is outside the CRC: check it fits this segment too.
+            let in_range = header.base_offset >= self.next_offset()
+                && header
+                    .last_offset()
+                    .checked_sub(self.base_offset)
+                    .is_some_and(|relative| relative <= i32::MAX as i64);
+            if !in_range || validate_batch(batch).is_err() {
                 break;
             }
             self.account_batch(&header, position);
