@@ -507,10 +507,6 @@ impl KafkaController {
         Ok(())
     }
 
-    pub fn defaults(&self) -> &TopicDefaults {
-        &self.defaults
-    }
-
     /// Reads the whole tree into an image.
     pub fn build_image(&self, version: u64) -> MetadataImage {
         let mut image = MetadataImage::empty();
@@ -630,7 +626,10 @@ mod tests {
             configs: vec![("cleanup.policy".into(), Some("compact".into()))],
             ..NewTopic::default()
         };
-        assert_eq!(c.create_topics(&[topic.clone()], false), vec![Ok((3, 1))]);
+        assert_eq!(
+            c.create_topics(std::slice::from_ref(&topic), false),
+            vec![Ok((3, 1))]
+        );
         assert_eq!(
             c.create_topics(&[topic], false)[0]
                 .as_ref()

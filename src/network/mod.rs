@@ -7,6 +7,7 @@
 use std::cell::Cell;
 use std::net::SocketAddr;
 use std::rc::Rc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
@@ -16,10 +17,14 @@ use tracing::{debug, info, warn};
 use crate::handlers::{handle_request, Outcome};
 use crate::server::broker::ShardBroker;
 
-/// Requests being handled on this shard, for a shutdown that answers them first.
+/// How often an idle connection looks for shutdown.
+const STOP_POLL_INTERVAL: Duration = Duration::from_millis(20);
+
+/// This shard's connections, for a shutdown that answers in-flight requests
+/// and then closes every connection.
 #[derive(Default)]
 pub struct InFlight {
-    requests: Cell<usize>,
+    connections: Cell<usize>,
     stopping: Cell<bool>,
 }
 
@@ -27,8 +32,14 @@ impl InFlight {
     pub fn stop(&self) {
         self.stopping.set(true);
     }
-    pub fn requests(&self) -> usize {
-        self.requests.get()
+    /// Open connections; each closes after answering its current request.
+    pub fn connections(&self) -> usize {
+        self.connections.get()
+    }
+    async fn stopped(&self) {
+        while !self.stopping.get() {
+            glommio::timer::sleep(STOP_POLL_INTERVAL).await;
+        }
     }
 }
 
@@ -38,11 +49,13 @@ pub async fn accept_loop(listener: TcpListener, broker: Rc<ShardBroker>, in_flig
             Ok(stream) => {
                 let broker = broker.clone();
                 let in_flight = in_flight.clone();
+                in_flight.connections.set(in_flight.connections.get() + 1);
                 glommio::spawn_local(async move {
                     let peer = stream.peer_addr().ok();
                     if let Err(reason) = serve_connection(stream, &broker, &in_flight).await {
                         warn!(?peer, shard = broker.shard_id, %reason, "closing connection");
                     }
+                    in_flight.connections.set(in_flight.connections.get() - 1);
                 })
                 .detach();
             }
@@ -68,13 +81,26 @@ async fn serve_connection(
     let max_request_bytes = broker.config.socket_request_max_bytes;
     loop {
         let mut size = [0u8; 4];
-        match stream.read_exact(&mut size).await {
-            Ok(()) => {}
-            Err(error) if error.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
-            Err(error) => return Err(error.to_string()),
-        }
-        if in_flight.stopping.get() {
-            return Ok(());
+        let next =
+            futures_lite::future::or(async { Some(stream.read_exact(&mut size).await) }, async {
+                in_flight.stopped().await;
+                None
+            })
+            .await;
+        match next {
+            // Shutting down between requests.
+            None => return Ok(()),
+            Some(Ok(())) => {}
+            // A client hanging up between requests is the normal end.
+            Some(Err(error))
+                if matches!(
+                    error.kind(),
+                    std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset
+                ) =>
+            {
+                return Ok(())
+            }
+            Some(Err(error)) => return Err(error.to_string()),
         }
         let size = i32::from_be_bytes(size);
         if size < 0 || size as usize > max_request_bytes {
@@ -85,9 +111,7 @@ async fn serve_connection(
             .read_exact(&mut frame)
             .await
             .map_err(|e| format!("truncated request: {e}"))?;
-        in_flight.requests.set(in_flight.requests.get() + 1);
         let outcome = handle_request(broker, Bytes::from(frame)).await;
-        in_flight.requests.set(in_flight.requests.get() - 1);
         match outcome {
             Ok(Outcome::Respond(response)) => stream
                 .write_all(&response)

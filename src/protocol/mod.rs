@@ -9,17 +9,12 @@ use kafka_protocol::protocol::{Decodable, Encodable};
 pub mod error_code {
     pub const UNKNOWN_SERVER_ERROR: i16 = -1;
     pub const NONE: i16 = 0;
-    pub const OFFSET_OUT_OF_RANGE: i16 = 1;
-    pub const CORRUPT_MESSAGE: i16 = 2;
     pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
     pub const LEADER_NOT_AVAILABLE: i16 = 5;
     pub const NOT_LEADER_OR_FOLLOWER: i16 = 6;
-    pub const REQUEST_TIMED_OUT: i16 = 7;
-    pub const MESSAGE_TOO_LARGE: i16 = 10;
     pub const INVALID_TOPIC_EXCEPTION: i16 = 17;
     pub const NOT_ENOUGH_REPLICAS: i16 = 19;
     pub const INVALID_REQUIRED_ACKS: i16 = 21;
-    pub const INVALID_TIMESTAMP: i16 = 32;
     pub const UNSUPPORTED_SASL_MECHANISM: i16 = 33;
     pub const UNSUPPORTED_VERSION: i16 = 35;
     pub const TOPIC_ALREADY_EXISTS: i16 = 36;
@@ -28,10 +23,6 @@ pub mod error_code {
     pub const INVALID_REPLICA_ASSIGNMENT: i16 = 39;
     pub const INVALID_CONFIG: i16 = 40;
     pub const INVALID_REQUEST: i16 = 42;
-    pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
-    pub const INVALID_PRODUCER_EPOCH: i16 = 47;
-    pub const KAFKA_STORAGE_ERROR: i16 = 56;
-    pub const UNKNOWN_PRODUCER_ID: i16 = 59;
     pub const INVALID_RECORD: i16 = 87;
     pub const UNKNOWN_TOPIC_ID: i16 = 100;
 }

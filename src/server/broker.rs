@@ -108,21 +108,30 @@ impl ShardBroker {
                     continue;
                 }
                 let tp = TopicPartition::new(topic.name.clone(), index as i32);
-                match self.log_manager.get_log(&tp) {
+                let log = match self.log_manager.get_log(&tp) {
                     Some(log) => {
                         if *log.config() != *config {
                             log.update_config(config.clone());
                         }
+                        log
                     }
-                    None => {
-                        if let Err(error) = self
-                            .log_manager
-                            .get_or_create_log(&tp, config.clone())
-                            .await
-                        {
+                    None => match self
+                        .log_manager
+                        .get_or_create_log(&tp, config.clone())
+                        .await
+                    {
+                        Ok(log) => log,
+                        Err(error) => {
                             warn!(partition = %tp, %error, "cannot open partition log");
+                            continue;
                         }
-                    }
+                    },
+                };
+                // A leader that is its whole ISR has every record replicated.
+                if partition.leader == self.config.broker_id
+                    && partition.isr == [self.config.broker_id]
+                {
+                    log.set_high_watermark(log.log_end_offset());
                 }
             }
         }

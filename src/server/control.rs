@@ -94,6 +94,11 @@ impl ControlClient {
         Self { sender }
     }
 
+    /// Hangs up on the control plane (shutdown); it ends once every shard has.
+    pub fn close(&self) {
+        self.sender.close();
+    }
+
     async fn ask<T>(
         &self,
         make: impl FnOnce(oneshot::Sender<T>) -> ControlRequest,

@@ -74,14 +74,16 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
     let max_in_flight_mesh_jobs = runtime.max_in_flight_mesh_jobs;
     let shard_dirs = dirs.clone();
     let shard_stop = stop.clone();
+    let loaded = Arc::new(std::sync::Barrier::new(nr_shards));
     let shards =
         spawn_shards::<ShardBroker, _, _, ()>(&runtime, move |start: ShardStart<ShardBroker>| {
-            let (config, dirs, stop, image, ready) = (
+            let (config, dirs, stop, image, ready, loaded) = (
                 config.clone(),
                 shard_dirs.clone(),
                 shard_stop.clone(),
                 initial_image.clone(),
                 ready_tx.clone(),
+                loaded.clone(),
             );
             let ends = shard_ends.lock().unwrap()[start.shard_id]
                 .take()
@@ -114,6 +116,12 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
                 })
                 .detach();
                 log_manager.start_background_tasks();
+                // Clients come in only once every shard serves its partitions.
+                glommio::executor()
+                    .spawn_blocking(move || {
+                        loaded.wait();
+                    })
+                    .await;
                 let listener = match bind(config.listener) {
                     Ok(listener) => listener,
                     Err(error) => {
@@ -134,11 +142,12 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
                 acceptor.cancel().await;
                 in_flight.stop();
                 let drain_deadline = Instant::now() + SHUTDOWN_DRAIN_TIMEOUT;
-                while in_flight.requests() > 0 && Instant::now() < drain_deadline {
+                while in_flight.connections() > 0 && Instant::now() < drain_deadline {
                     glommio::timer::sleep(STOP_POLL_INTERVAL).await;
                 }
                 log_manager.shutdown().await;
                 broker.mesh().close();
+                broker.control.close();
             }
         })?;
     for _ in 0..nr_shards {

@@ -1,0 +1,165 @@
+//! Garbage on the wire: each bad request gets Kafka's error or a closed
+//! connection, and a well-behaved client is served throughout.
+
+mod common;
+
+use std::io::Write;
+
+use bytes::Bytes;
+use common::{Broker, Client};
+use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, CreateTopicsRequest, CreateTopicsResponse,
+    MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+use shards::log::record_batch::{RecordBatchBuilder, CRC_OFFSET};
+
+fn still_served(client: &mut Client) {
+    let versions: ApiVersionsResponse = client
+        .call(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default())
+        .expect("served");
+    assert_eq!(versions.error_code, 0);
+    let metadata: MetadataResponse = client
+        .call(ApiKey::Metadata, 12, &MetadataRequest::default())
+        .expect("served");
+    assert_eq!(metadata.brokers.len(), 1);
+}
+
+/// Sends raw bytes on a fresh connection and expects the broker to hang up.
+fn expect_closed(broker: &Broker, bytes: &[u8], half_close: bool) {
+    let mut client = Client::connect(&broker.address());
+    client.send_frame(bytes).unwrap();
+    if half_close {
+        client.stream.shutdown(std::net::Shutdown::Write).unwrap();
+    }
+    assert!(
+        client.read_frame().is_err(),
+        "the broker answered {bytes:02x?}"
+    );
+}
+
+fn produce(client: &mut Client, topic: &str, partition: i32, records: Vec<u8>) -> i16 {
+    let request = ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(5_000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(TopicName(StrBytes::from_string(topic.into())))
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(partition)
+                .with_records(Some(Bytes::from(records)))])]);
+    let response: ProduceResponse = client.call(ApiKey::Produce, 9, &request).unwrap();
+    response.responses[0].partition_responses[0].error_code
+}
+
+fn batch() -> Vec<u8> {
+    let mut builder = RecordBatchBuilder::new(0, shards::log::wall_clock_ms());
+    builder.append(shards::log::wall_clock_ms(), Some(b"k"), Some(b"v"));
+    builder.build()
+}
+
+#[test]
+fn bad_requests_get_kafkas_errors_or_a_closed_connection() {
+    let broker = Broker::start(&["auto.create.topics.enable=false"]);
+    let mut good = Client::connect(&broker.address());
+    still_served(&mut good);
+
+    // Random bytes, seeded so a failure reproduces.
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let random: Vec<u8> = (0..4096)
+        .map(|_| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed as u8
+        })
+        .collect();
+    expect_closed(&broker, &random, true);
+    still_served(&mut good);
+
+    // A frame cut short, then the client hangs up its side.
+    expect_closed(&broker, &[0, 0, 0, 100, 0, 3, 0, 12, 0, 0], true);
+    // A frame claiming 2 GiB, and a negative length: refused before any allocation.
+    expect_closed(&broker, &0x7fff_ffffi32.to_be_bytes(), false);
+    expect_closed(&broker, &(-5i32).to_be_bytes(), false);
+    still_served(&mut good);
+
+    // An unknown API key, and a version we do not serve.
+    let mut unknown = good.request_frame(ApiKey::Metadata, 12, &MetadataRequest::default());
+    unknown[4..6].copy_from_slice(&999i16.to_be_bytes());
+    expect_closed(&broker, &unknown, false);
+    let mut too_new = good.request_frame(ApiKey::Metadata, 12, &MetadataRequest::default());
+    too_new[6..8].copy_from_slice(&99i16.to_be_bytes());
+    expect_closed(&broker, &too_new, false);
+    // ApiVersions itself answers an unsupported version (KIP-511) in v0.
+    let mut client = Client::connect(&broker.address());
+    let mut frame = client.request_frame(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default());
+    frame[6..8].copy_from_slice(&99i16.to_be_bytes());
+    client.send_frame(&frame).unwrap();
+    let mut response = client.read_frame().unwrap();
+    let _correlation = bytes::Buf::get_i32(&mut response);
+    let versions =
+        <ApiVersionsResponse as kafka_protocol::protocol::Decodable>::decode(&mut response, 0)
+            .unwrap();
+    assert_eq!(versions.error_code, 35, "UNSUPPORTED_VERSION");
+    assert!(versions
+        .api_keys
+        .iter()
+        .any(|k| k.api_key == ApiKey::Produce as i16));
+    still_served(&mut good);
+
+    // A produce with a wrong CRC is refused with CORRUPT_MESSAGE and not written.
+    let created: CreateTopicsResponse = good
+        .call(
+            ApiKey::CreateTopics,
+            7,
+            &CreateTopicsRequest::default()
+                .with_timeout_ms(5_000)
+                .with_topics(vec![CreatableTopic::default()
+                    .with_name(TopicName(StrBytes::from_static_str("target")))
+                    .with_num_partitions(2)
+                    .with_replication_factor(1)]),
+        )
+        .unwrap();
+    assert_eq!(created.topics[0].error_code, 0);
+    let mut corrupt = batch();
+    corrupt[CRC_OFFSET] ^= 0xff;
+    assert_eq!(
+        produce(&mut good, "target", 0, corrupt),
+        2,
+        "CORRUPT_MESSAGE"
+    );
+    let mut garbage = batch();
+    let last = garbage.len() - 1;
+    garbage[last] ^= 0x01;
+    assert_eq!(
+        produce(&mut good, "target", 1, garbage),
+        2,
+        "CORRUPT_MESSAGE"
+    );
+    // Unknown topic or partition.
+    assert_eq!(
+        produce(&mut good, "nope", 0, batch()),
+        3,
+        "UNKNOWN_TOPIC_OR_PARTITION"
+    );
+    assert_eq!(
+        produce(&mut good, "target", 7, batch()),
+        3,
+        "UNKNOWN_TOPIC_OR_PARTITION"
+    );
+    // And a good one still lands at offset 0: nothing of the bad ones was written.
+    assert_eq!(produce(&mut good, "target", 0, batch()), 0);
+    still_served(&mut good);
+
+    // Many pipelined requests on one connection are answered in order.
+    let mut frames = Vec::new();
+    for _ in 0..50 {
+        frames.extend(good.request_frame(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default()));
+    }
+    good.stream.write_all(&frames).unwrap();
+    for _ in 0..50 {
+        good.read_frame().expect("every pipelined request answered");
+    }
+}

@@ -1,0 +1,237 @@
+//! Starting the real broker binary for end-to-end tests, and a minimal Kafka
+//! client (kafka-protocol's messages over a blocking socket) for the cases
+//! where a test must control every byte.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+
+/// How long a broker may take to accept connections.
+const START_TIMEOUT: Duration = Duration::from_secs(20);
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A broker process on a free port with its own data directory.
+pub struct Broker {
+    pub port: u16,
+    pub data_dir: PathBuf,
+    extra: Vec<String>,
+    child: Option<Child>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl Broker {
+    pub fn start(extra: &[&str]) -> Broker {
+        let dir = tempfile::tempdir().unwrap();
+        let mut broker = Broker {
+            port: free_port(),
+            data_dir: dir.path().join("data"),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            child: None,
+            _dir: Some(dir),
+        };
+        broker.launch();
+        broker
+    }
+
+    pub fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    fn launch(&mut self) {
+        let config = self.data_dir.parent().unwrap().join("server.properties");
+        std::fs::write(
+            &config,
+            format!(
+                "broker.id=0\nlisteners=PLAINTEXT://127.0.0.1:{}\nlog.dirs={}\n",
+                self.port,
+                self.data_dir.display()
+            ),
+        )
+        .unwrap();
+        let log =
+            std::fs::File::create(self.data_dir.parent().unwrap().join("broker.log")).unwrap();
+        let mut command = Command::new(env!("CARGO_BIN_EXE_ringbroker"));
+        command.arg("start").arg(&config);
+        for entry in &self.extra {
+            command.arg("--override").arg(entry);
+        }
+        let child = command
+            .stdout(Stdio::from(log.try_clone().unwrap()))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("start ringbroker");
+        self.child = Some(child);
+        // Ready once it answers a request, as a client would find out.
+        let deadline = Instant::now() + START_TIMEOUT;
+        while !self.answers() {
+            assert!(
+                Instant::now() < deadline,
+                "broker did not start:\n{}",
+                self.log()
+            );
+            assert!(
+                self.child.as_mut().unwrap().try_wait().unwrap().is_none(),
+                "broker exited:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn answers(&self) -> bool {
+        let Ok(stream) = TcpStream::connect(self.address()) else {
+            return false;
+        };
+        let mut client = Client {
+            stream,
+            correlation_id: 0,
+        };
+        client
+            .call::<_, kafka_protocol::messages::ApiVersionsResponse>(
+                ApiKey::ApiVersions,
+                3,
+                &kafka_protocol::messages::ApiVersionsRequest::default(),
+            )
+            .is_ok()
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.data_dir.parent().unwrap().join("broker.log"))
+            .unwrap_or_default()
+    }
+
+    /// SIGTERM, and wait (bounded) for a clean exit.
+    pub fn stop(&mut self) {
+        let mut child = self.child.take().expect("running");
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                assert!(status.success(), "unclean exit {status}:\n{}", self.log());
+                return;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("broker did not stop within 30 s:\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// kill -9.
+    pub fn kill(&mut self) {
+        let mut child = self.child.take().expect("running");
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "stop or kill first");
+        self.launch();
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("--- broker log ---\n{}", self.log());
+        }
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// A blocking Kafka connection speaking kafka-protocol's messages.
+pub struct Client {
+    pub stream: TcpStream,
+    correlation_id: i32,
+}
+
+impl Client {
+    pub fn connect(address: &str) -> Client {
+        let stream = TcpStream::connect(address).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(15)))
+            .unwrap();
+        Client {
+            stream,
+            correlation_id: 0,
+        }
+    }
+
+    pub fn send_frame(&mut self, frame: &[u8]) -> std::io::Result<()> {
+        self.stream.write_all(frame)
+    }
+
+    /// Reads one response frame; Err when the broker closed the connection.
+    pub fn read_frame(&mut self) -> std::io::Result<Bytes> {
+        let mut size = [0u8; 4];
+        self.stream.read_exact(&mut size)?;
+        let mut body = vec![0u8; i32::from_be_bytes(size) as usize];
+        self.stream.read_exact(&mut body)?;
+        Ok(Bytes::from(body))
+    }
+
+    pub fn request_frame<Req: Encodable>(
+        &mut self,
+        key: ApiKey,
+        version: i16,
+        request: &Req,
+    ) -> Vec<u8> {
+        self.correlation_id += 1;
+        let header = RequestHeader::default()
+            .with_request_api_key(key as i16)
+            .with_request_api_version(version)
+            .with_correlation_id(self.correlation_id)
+            .with_client_id(Some(StrBytes::from_static_str("e2e")));
+        let mut body = BytesMut::new();
+        header
+            .encode(&mut body, key.request_header_version(version))
+            .unwrap();
+        request.encode(&mut body, version).unwrap();
+        let mut frame = BytesMut::new();
+        frame.put_i32(body.len() as i32);
+        frame.put_slice(&body);
+        frame.to_vec()
+    }
+
+    pub fn call<Req: Encodable, Resp: Decodable>(
+        &mut self,
+        key: ApiKey,
+        version: i16,
+        request: &Req,
+    ) -> std::io::Result<Resp> {
+        let frame = self.request_frame(key, version, request);
+        self.send_frame(&frame)?;
+        let mut response = self.read_frame()?;
+        let header =
+            ResponseHeader::decode(&mut response, key.response_header_version(version)).unwrap();
+        assert_eq!(
+            header.correlation_id, self.correlation_id,
+            "responses come back in order"
+        );
+        let body = Resp::decode(&mut response, version).unwrap();
+        assert!(!response.has_remaining(), "trailing bytes in the response");
+        Ok(body)
+    }
+}
