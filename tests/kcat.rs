@@ -1,5 +1,6 @@
-//! librdkafka through kcat: keyed records over six partitions with acks=all,
-//! consumed back from the beginning, a clean broker restart in the middle.
+//! librdkafka through kcat: 100k keyed records over six partitions with
+//! acks=all and idempotence, consumed back from the beginning, a clean broker
+//! restart in the middle.
 
 mod common;
 
@@ -9,7 +10,7 @@ use std::process::{Command, Stdio};
 
 use common::Broker;
 
-const RECORDS: usize = 20_000;
+const RECORDS: usize = 100_000;
 
 fn kcat(args: &[&str], input: Option<&str>) -> String {
     let mut child = Command::new("timeout")

@@ -65,6 +65,8 @@ fn check(ops: Vec<Op>) {
                         .append_as_leader(builder.build(), 0, 10_000)
                         .await
                         .unwrap();
+                    // As a leader that is its whole ISR.
+                    log.set_high_watermark(log.log_end_offset());
                     let records = read_all_from(&log, info.first_offset).await;
                     for record in records {
                         model.insert(record.offset, record);
@@ -180,7 +182,7 @@ async fn read_all_from(log: &shards::log::Log, offset: i64) -> Vec<StoredRecord>
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
     #[test]
     fn the_log_behaves_like_its_model(ops in prop::collection::vec(op(), 1..60)) {
         check(ops);

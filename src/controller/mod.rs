@@ -87,12 +87,19 @@ pub fn validate_topic_name(name: &str) -> Result<(), ApiError> {
     }
 }
 
+/// Producer ids claimed from the store at a time, as Kafka's ZooKeeper mode.
+const PRODUCER_ID_BLOCK_SIZE: i64 = 1000;
+const PRODUCER_ID_BLOCK_PATH: &str = "/latest_producer_id_block";
+
 pub struct KafkaController {
     store: EmbeddedStore,
     broker: BrokerEndpoint,
     defaults: TopicDefaults,
     controller_epoch: i32,
     cluster_id: String,
+    /// The next producer id to hand out, and the last of the claimed block.
+    next_producer_id: i64,
+    producer_id_block_end: i64,
 }
 
 fn topic_path(topic: &str) -> String {
@@ -190,6 +197,8 @@ impl KafkaController {
             defaults,
             controller_epoch,
             cluster_id,
+            next_producer_id: 0,
+            producer_id_block_end: -1,
         };
         // Finish deletions a crash interrupted.
         controller.process_topic_deletions()?;
@@ -507,6 +516,48 @@ impl KafkaController {
         Ok(())
     }
 
+    /// A producer id never handed out before, by this or any earlier run:
+    /// blocks of ids are claimed in `/latest_producer_id_block` with a
+    /// compare-and-set, as Kafka's ZooKeeper-mode brokers do.
+    pub fn allocate_producer_id(&mut self) -> Result<i64, ApiError> {
+        if self.next_producer_id > self.producer_id_block_end {
+            let (start, version) = match self.store.get(PRODUCER_ID_BLOCK_PATH) {
+                Some((data, version)) => {
+                    let block: Value = serde_json::from_slice(&data).map_err(|e| {
+                        ApiError::new(error_code::UNKNOWN_SERVER_ERROR, e.to_string())
+                    })?;
+                    let end: i64 = block["block_end"]
+                        .as_str()
+                        .and_then(|s| s.parse().ok())
+                        .unwrap_or(-1);
+                    (end + 1, Some(version))
+                }
+                None => (0, None),
+            };
+            let end = start + PRODUCER_ID_BLOCK_SIZE - 1;
+            let block = json!({"version": 1, "broker": self.broker.id, "block_start": start.to_string(), "block_end": end.to_string()});
+            match version {
+                Some(version) => {
+                    self.store.set_data(
+                        PRODUCER_ID_BLOCK_PATH,
+                        block.to_string().as_bytes(),
+                        Some(version),
+                    )?;
+                }
+                None => self.store.create(
+                    PRODUCER_ID_BLOCK_PATH,
+                    block.to_string().as_bytes(),
+                    CreateMode::Persistent,
+                )?,
+            }
+            self.next_producer_id = start;
+            self.producer_id_block_end = end;
+        }
+        let id = self.next_producer_id;
+        self.next_producer_id += 1;
+        Ok(id)
+    }
+
     /// Reads the whole tree into an image.
     pub fn build_image(&self, version: u64) -> MetadataImage {
         let mut image = MetadataImage::empty();
@@ -716,6 +767,10 @@ mod tests {
         assert!(c.build_image(2).topic("orders").is_none());
         assert!(c.store.children("/admin/delete_topics").unwrap().is_empty());
 
+        // Producer ids are never reused, across restarts too.
+        let first = c.allocate_producer_id().unwrap();
+        assert_eq!(c.allocate_producer_id().unwrap(), first + 1);
+
         // The tree survives a restart; the controller epoch moves on.
         c.create_topics(
             &[NewTopic {
@@ -730,5 +785,7 @@ mod tests {
         let c = controller(dir.path());
         assert_eq!(c.controller_epoch, 2);
         assert_eq!(c.build_image(1).topic("kept").unwrap().partitions.len(), 2);
+        let mut c = c;
+        assert!(c.allocate_producer_id().unwrap() > first + 1);
     }
 }

@@ -9,6 +9,7 @@ mod delete_topics;
 mod describe_cluster;
 mod describe_configs;
 mod fetch;
+mod init_producer_id;
 mod list_offsets;
 mod metadata;
 mod produce;
@@ -33,6 +34,7 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::SaslHandshake, 0, 1),
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::DeleteTopics, 1, 6),
+    (ApiKey::InitProducerId, 0, 5),
     (ApiKey::DescribeConfigs, 1, 4),
     (ApiKey::AlterConfigs, 0, 2),
     (ApiKey::CreatePartitions, 0, 3),
@@ -131,6 +133,7 @@ pub async fn handle_request(
         ApiKey::ListOffsets => serve!(ctx, frame, key, version, list_offsets::handle),
         ApiKey::CreateTopics => serve!(ctx, frame, key, version, create_topics::handle),
         ApiKey::DeleteTopics => serve!(ctx, frame, key, version, delete_topics::handle),
+        ApiKey::InitProducerId => serve!(ctx, frame, key, version, init_producer_id::handle),
         ApiKey::CreatePartitions => serve!(ctx, frame, key, version, create_partitions::handle),
         ApiKey::DescribeConfigs => serve!(ctx, frame, key, version, describe_configs::handle),
         ApiKey::AlterConfigs => serve!(ctx, frame, key, version, alter_configs::handle),

@@ -45,6 +45,9 @@ pub enum ControlRequest {
         validate_only: bool,
         reply: oneshot::Sender<Result<(), ApiError>>,
     },
+    AllocateProducerId {
+        reply: oneshot::Sender<Result<i64, ApiError>>,
+    },
 }
 
 /// A new image for a shard to apply; `applied` fires once it has.
@@ -154,6 +157,11 @@ impl ControlClient {
             reply,
         })
         .await?
+    }
+
+    pub async fn allocate_producer_id(&self) -> Result<i64, ApiError> {
+        self.ask(|reply| ControlRequest::AllocateProducerId { reply })
+            .await?
     }
 
     pub async fn alter_configs(
@@ -314,6 +322,10 @@ impl ControlPlane {
                 );
                 let changed = !validate_only && result.is_ok();
                 (changed, Box::new(move || drop(reply.send(result))))
+            }
+            ControlRequest::AllocateProducerId { reply } => {
+                let result = self.controller.allocate_producer_id();
+                (false, Box::new(move || drop(reply.send(result))))
             }
         }
     }

@@ -21,6 +21,10 @@ pub enum LogError {
     KafkaStorage(String),
     /// The partition is being deleted here: NOT_LEADER_OR_FOLLOWER (6).
     LogDeleted(String),
+    /// An idempotent producer skipped a sequence: OUT_OF_ORDER_SEQUENCE_NUMBER (45).
+    OutOfOrderSequence(String),
+    /// A fenced (older) producer epoch: INVALID_PRODUCER_EPOCH (47).
+    InvalidProducerEpoch(String),
 }
 
 impl LogError {
@@ -33,6 +37,8 @@ impl LogError {
             LogError::InvalidTimestamp(_) => 32,
             LogError::KafkaStorage(_) => 56,
             LogError::InvalidRecord(_) => 87,
+            LogError::OutOfOrderSequence(_) => 45,
+            LogError::InvalidProducerEpoch(_) => 47,
         }
     }
 }
@@ -60,6 +66,8 @@ impl fmt::Display for LogError {
             ),
             LogError::KafkaStorage(why) => write!(f, "storage error: {why}"),
             LogError::LogDeleted(partition) => write!(f, "{partition} is being deleted"),
+            LogError::OutOfOrderSequence(why) => write!(f, "out of order sequence: {why}"),
+            LogError::InvalidProducerEpoch(why) => write!(f, "invalid producer epoch: {why}"),
         }
     }
 }

@@ -15,6 +15,7 @@ use super::checkpoint::run_blocking;
 use super::compression::decompress;
 use super::leader_epoch::LeaderEpochFileCache;
 use super::log_dirs::LogDirHealth;
+use super::producer_state::{ProducerStateManager, SequenceCheck};
 use super::record_batch::{
     stamp_batch, validate_produced_batch, AppendStamp, BatchIter, RecordBatchHeader, RecordIter,
     TimestampType, RECORD_BATCH_OVERHEAD,
@@ -82,6 +83,9 @@ pub struct LogAppendInfo {
     pub records_count: i64,
     /// The batch as written (offsets and broker timestamps stamped).
     pub batch: RecordBatchHeader,
+    /// An idempotent producer's retry of a batch already in the log: nothing
+    /// was written, `first_offset` is where the original went.
+    pub duplicate: bool,
 }
 
 /// The result of a read: at most one segment's byte range, whole batches.
@@ -130,6 +134,7 @@ pub struct Log {
     /// First offset the cleaner has not yet deduplicated.
     first_dirty_offset: Cell<i64>,
     leader_epoch_cache: RefCell<LeaderEpochFileCache>,
+    producer_state: RefCell<ProducerStateManager>,
     /// Serializes appends, rolls and truncation.
     append_lock: Semaphore,
     /// Serializes the background work that replaces closed segments (retention,
@@ -264,12 +269,15 @@ impl Log {
             last_flush_ms: Cell::new(now_ms),
             first_dirty_offset: Cell::new(log_start_offset),
             leader_epoch_cache: RefCell::new(epoch_cache),
+            producer_state: RefCell::new(ProducerStateManager::default()),
             append_lock: Semaphore::new(1),
             maintenance_lock: Semaphore::new(1),
         };
+        log.rebuild_producer_state().await?;
         info!(
             partition = %log.topic_partition,
             log_start_offset, log_end_offset, segments = log.segments.borrow().len(),
+            producers = log.producer_state.borrow().producer_count(),
             "loaded log"
         );
         Ok(log)
@@ -382,6 +390,23 @@ impl Log {
                 log_append_time_ms,
             },
         );
+        if let SequenceCheck::Duplicate { first_offset } = self
+            .producer_state
+            .borrow()
+            .check(&RecordBatchHeader::parse(&records)?)?
+        {
+            // A retry of a batch already written: acknowledge, write nothing.
+            return Ok(LogAppendInfo {
+                first_offset,
+                last_offset: first_offset,
+                max_timestamp: -1,
+                log_append_time_ms: -1,
+                log_start_offset: self.log_start_offset(),
+                records_count: 0,
+                batch: RecordBatchHeader::parse(&records)?,
+                duplicate: true,
+            });
+        }
         let header = RecordBatchHeader::parse(&records)?;
         let batch = AppendedBatch {
             position_in_buffer: 0,
@@ -395,6 +420,7 @@ impl Log {
             now_ms,
         )
         .await?;
+        self.producer_state.borrow_mut().update(&header);
         let epoch_changed = self
             .leader_epoch_cache
             .borrow_mut()
@@ -416,6 +442,7 @@ impl Log {
             log_start_offset: self.log_start_offset(),
             records_count,
             batch: header,
+            duplicate: false,
         })
     }
 
@@ -798,6 +825,28 @@ impl Log {
             .truncate_from_end(self.log_end_offset())
         {
             self.write_leader_epoch_checkpoint().await?;
+        }
+        self.rebuild_producer_state().await
+    }
+
+    /// Rebuilds idempotent producers' state from the batch headers in the log.
+    async fn rebuild_producer_state(&self) -> Result<(), LogError> {
+        self.producer_state.borrow_mut().clear();
+        for segment in self.segments() {
+            let mut headers = Vec::new();
+            segment
+                .scan_headers(0, segment.size_bytes(), |_, header| {
+                    if header.has_producer_id() {
+                        headers.push(*header);
+                    }
+                    std::ops::ControlFlow::Continue(())
+                })
+                .await
+                .map_err(|error| self.health.on_error(error.into()))?;
+            let mut state = self.producer_state.borrow_mut();
+            for header in &headers {
+                state.update(header);
+            }
         }
         Ok(())
     }

@@ -12,6 +12,7 @@ mod leader_epoch;
 mod log;
 mod log_dirs;
 mod log_manager;
+mod producer_state;
 pub mod record_batch;
 mod segment;
 

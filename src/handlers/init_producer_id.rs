@@ -1,0 +1,37 @@
+//! InitProducerId (key 22): producer ids for idempotent producers, and the
+//! epoch bump of KIP-360. Transactions are not served yet.
+
+use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
+
+use super::RequestContext;
+use crate::protocol::error_code;
+
+pub async fn handle(
+    ctx: &RequestContext,
+    request: InitProducerIdRequest,
+    _version: i16,
+) -> InitProducerIdResponse {
+    let response = InitProducerIdResponse::default()
+        .with_producer_id(ProducerId(-1))
+        .with_producer_epoch(-1);
+    if request.transactional_id.is_some() {
+        return response.with_error_code(error_code::INVALID_REQUEST);
+    }
+    // KIP-360: a producer that knows its id asks for the next epoch.
+    if request.producer_id.0 >= 0
+        && request.producer_epoch >= 0
+        && request.producer_epoch < i16::MAX - 1
+    {
+        return response
+            .with_error_code(error_code::NONE)
+            .with_producer_id(request.producer_id)
+            .with_producer_epoch(request.producer_epoch + 1);
+    }
+    match ctx.broker.control.allocate_producer_id().await {
+        Ok(id) => response
+            .with_error_code(error_code::NONE)
+            .with_producer_id(ProducerId(id))
+            .with_producer_epoch(0),
+        Err(error) => response.with_error_code(error.code),
+    }
+}
