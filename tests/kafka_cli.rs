@@ -147,6 +147,17 @@ fn kafka_topics_and_kafka_configs() {
     );
     assert!(!configs.contains("retention.bytes=1048576"), "{configs}");
 
+    let dirs = kafka_tool(
+        "org.apache.kafka.tools.LogDirsCommand",
+        &with(&["--describe", "--topic-list", "cli"]),
+        None,
+    );
+    assert!(dirs.contains("\"partition\":\"cli-4\""), "{dirs}");
+    assert!(
+        dirs.contains(&broker.data_dir().display().to_string()),
+        "{dirs}"
+    );
+
     kafka_tool(TOPICS, &with(&["--delete", "--topic", "cli"]), None);
     assert!(!kafka_tool(TOPICS, &with(&["--list"]), None)
         .lines()

@@ -8,6 +8,7 @@ mod create_topics;
 mod delete_topics;
 mod describe_cluster;
 mod describe_configs;
+mod describe_log_dirs;
 mod fetch;
 mod init_producer_id;
 mod list_offsets;
@@ -37,6 +38,7 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::InitProducerId, 0, 5),
     (ApiKey::DescribeConfigs, 1, 4),
     (ApiKey::AlterConfigs, 0, 2),
+    (ApiKey::DescribeLogDirs, 1, 4),
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::DescribeCluster, 0, 1),
@@ -140,6 +142,7 @@ pub async fn handle_request(
         ApiKey::IncrementalAlterConfigs => {
             serve!(ctx, frame, key, version, alter_configs::handle_incremental)
         }
+        ApiKey::DescribeLogDirs => serve!(ctx, frame, key, version, describe_log_dirs::handle),
         ApiKey::DescribeCluster => serve!(ctx, frame, key, version, describe_cluster::handle),
         ApiKey::SaslHandshake => serve!(ctx, frame, key, version, sasl_handshake::handle),
         _ => Err(unsupported),
