@@ -27,21 +27,21 @@ use crate::server::broker::ShardBroker;
 
 /// Every API served, with the versions served (min, max).
 pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
-    (ApiKey::Produce, 3, 12),
-    (ApiKey::Fetch, 4, 15),
-    (ApiKey::ListOffsets, 1, 9),
-    (ApiKey::Metadata, 0, 12),
+    (ApiKey::Produce, 3, 13),
+    (ApiKey::Fetch, 4, 18),
+    (ApiKey::ListOffsets, 1, 10),
+    (ApiKey::Metadata, 0, 13),
     (ApiKey::ApiVersions, 0, 4),
     (ApiKey::SaslHandshake, 0, 1),
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::DeleteTopics, 1, 6),
-    (ApiKey::InitProducerId, 0, 5),
+    (ApiKey::InitProducerId, 0, 6),
     (ApiKey::DescribeConfigs, 1, 4),
     (ApiKey::AlterConfigs, 0, 2),
     (ApiKey::DescribeLogDirs, 1, 4),
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
-    (ApiKey::DescribeCluster, 0, 1),
+    (ApiKey::DescribeCluster, 0, 2),
 ];
 
 /// Kafka's ConfigResource types.

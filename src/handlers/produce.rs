@@ -7,6 +7,7 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::RequestContext;
 use crate::protocol::error_code;
+use crate::server::broker::AppendResult;
 
 pub async fn handle(
     ctx: &RequestContext,
@@ -16,13 +17,25 @@ pub async fn handle(
     let acks = request.acks;
     let valid_acks = matches!(acks, -1..=1);
     let mut responses = Vec::with_capacity(request.topic_data.len());
+    let image = ctx.broker.image();
     for topic in request.topic_data {
-        let name = topic.name.0.to_string();
+        // v13+ names topics by id.
+        let name = if version >= 13 {
+            image
+                .topic_by_id(&topic.topic_id)
+                .map(|t| t.name.clone())
+                .unwrap_or_default()
+        } else {
+            topic.name.0.to_string()
+        };
         let mut partitions = Vec::with_capacity(topic.partition_data.len());
         for data in topic.partition_data {
             let result = match (valid_acks, data.records) {
                 (false, _) => None,
                 (true, None) => None,
+                (true, Some(_)) if name.is_empty() => {
+                    Some(AppendResult::error(error_code::UNKNOWN_TOPIC_ID, None))
+                }
                 (true, Some(records)) => {
                     Some(ctx.broker.append(&name, data.index, records, acks).await)
                 }
@@ -53,11 +66,12 @@ pub async fn handle(
             };
             partitions.push(partition);
         }
-        responses.push(
-            TopicProduceResponse::default()
-                .with_name(topic.name)
-                .with_partition_responses(partitions),
-        );
+        let response = TopicProduceResponse::default().with_partition_responses(partitions);
+        responses.push(if version >= 13 {
+            response.with_topic_id(topic.topic_id)
+        } else {
+            response.with_name(topic.name)
+        });
     }
     (acks != 0).then(|| ProduceResponse::default().with_responses(responses))
 }

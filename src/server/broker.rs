@@ -335,7 +335,7 @@ impl ShardBroker {
 }
 
 impl AppendResult {
-    fn error(error_code: i16, error_message: Option<String>) -> Self {
+    pub fn error(error_code: i16, error_message: Option<String>) -> Self {
         Self {
             error_code,
             error_message,
