@@ -26,6 +26,7 @@ const BROKER_KEYS: &[&str] = &[
     "log.cleaner.backoff.ms",
     "log.cleaner.dedupe.buffer.size",
     "socket.request.max.bytes",
+    "max.incremental.fetch.session.cache.slots",
     "ringbroker.cores",
 ];
 
@@ -71,6 +72,7 @@ pub struct BrokerConfig {
     pub min_insync_replicas: i32,
     pub auto_create_topics_enable: bool,
     pub socket_request_max_bytes: usize,
+    pub max_incremental_fetch_session_cache_slots: usize,
     pub log_dirs: Vec<PathBuf>,
     pub cores: Vec<usize>,
     pub log_defaults: LogConfig,
@@ -254,6 +256,12 @@ impl BrokerConfig {
                 .map_or(Ok(true), |v| parse("auto.create.topics.enable", v))?,
             socket_request_max_bytes: get("socket.request.max.bytes")
                 .map_or(Ok(104_857_600), |v| parse("socket.request.max.bytes", v))?,
+            max_incremental_fetch_session_cache_slots: get(
+                "max.incremental.fetch.session.cache.slots",
+            )
+            .map_or(Ok(1000), |v| {
+                parse("max.incremental.fetch.session.cache.slots", v)
+            })?,
             log_dirs,
             cores,
             log_defaults,

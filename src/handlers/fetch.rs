@@ -1,9 +1,9 @@
 //! Fetch (key 1): stored batches below the high watermark, as they are on disk,
-//! with Kafka's long poll (`min_bytes`, `max_wait_ms`) and byte budgets
-//! (`max_bytes`, `partition_max_bytes`, the first batch always whole).
-//! No incremental fetch sessions are created: session id 0 tells clients to
-//! keep sending full requests, which Kafka also answers when its cache is full.
+//! with Kafka's long poll (`min_bytes`, `max_wait_ms`), byte budgets
+//! (`max_bytes`, `partition_max_bytes`, the first batch always whole) and
+//! incremental fetch sessions (KIP-227).
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
@@ -12,93 +12,234 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::RequestContext;
 use crate::protocol::error_code;
+use crate::server::broker::ReadResult;
+use crate::server::fetch_session::{next_epoch, CachedPartition, SessionKey};
 
 /// How often a long-polling fetch looks for new data.
 const LONG_POLL_INTERVAL: Duration = Duration::from_millis(1);
-/// Kafka's error for an incremental fetch naming a session this broker never made.
 const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
+const INVALID_FETCH_SESSION_EPOCH: i16 = 71;
+/// A session epoch that asks for a full, sessionless fetch (or closes a session).
+const FINAL_EPOCH: i32 = -1;
+/// The epoch that opens a session.
+const INITIAL_EPOCH: i32 = 0;
+
+enum Mode {
+    /// Every partition asked for is answered; a session is opened if asked.
+    Full { open_session: bool },
+    /// Only partitions with something new are answered.
+    Incremental { session_id: i32 },
+}
 
 pub async fn handle(ctx: &RequestContext, request: FetchRequest, version: i16) -> FetchResponse {
-    if version >= 7 && request.session_id != 0 {
-        return FetchResponse::default().with_error_code(FETCH_SESSION_ID_NOT_FOUND);
-    }
-    let deadline = Instant::now() + Duration::from_millis(request.max_wait_ms.max(0) as u64);
     let image = ctx.broker.image();
-    // Resolve names (v13+ sends topic ids) once.
-    let topics: Vec<(String, &kafka_protocol::messages::fetch_request::FetchTopic)> = request
+    let topic_name = |name: &TopicName, id: &uuid::Uuid| {
+        if version >= 13 {
+            image
+                .topic_by_id(id)
+                .map(|t| t.name.clone())
+                .unwrap_or_default()
+        } else {
+            name.0.to_string()
+        }
+    };
+    let requested: Vec<(SessionKey, CachedPartition)> = request
         .topics
         .iter()
-        .map(|t| {
-            let name = if version >= 13 {
-                image
-                    .topic_by_id(&t.topic_id)
-                    .map(|t| t.name.clone())
-                    .unwrap_or_default()
-            } else {
-                t.topic.0.to_string()
-            };
-            (name, t)
+        .flat_map(|topic| {
+            let name = topic_name(&topic.topic, &topic.topic_id);
+            topic.partitions.iter().map(move |p| {
+                (
+                    (name.clone(), p.partition),
+                    CachedPartition {
+                        topic_id: topic.topic_id,
+                        fetch_offset: p.fetch_offset,
+                        max_bytes: p.partition_max_bytes,
+                        high_watermark: -1,
+                        last_stable_offset: -1,
+                        log_start_offset: -1,
+                    },
+                )
+            })
         })
         .collect();
-    loop {
+    let (session_id, epoch) = if version >= 7 {
+        (request.session_id, request.session_epoch)
+    } else {
+        (0, FINAL_EPOCH)
+    };
+    let (mode, targets) = match (session_id, epoch) {
+        (0, FINAL_EPOCH) => (
+            Mode::Full {
+                open_session: false,
+            },
+            requested,
+        ),
+        (0, INITIAL_EPOCH) => (Mode::Full { open_session: true }, requested),
+        (0, _) => return FetchResponse::default().with_error_code(INVALID_FETCH_SESSION_EPOCH),
+        (id, FINAL_EPOCH) => {
+            ctx.broker.fetch_sessions.borrow_mut().remove(id);
+            (
+                Mode::Full {
+                    open_session: false,
+                },
+                requested,
+            )
+        }
+        (id, epoch) => {
+            let mut sessions = ctx.broker.fetch_sessions.borrow_mut();
+            let Some(session) = sessions.get_mut(id) else {
+                return FetchResponse::default().with_error_code(FETCH_SESSION_ID_NOT_FOUND);
+            };
+            if session.next_epoch != epoch {
+                return FetchResponse::default().with_error_code(INVALID_FETCH_SESSION_EPOCH);
+            }
+            for (key, partition) in requested {
+                let cached = session.partitions.entry(key).or_insert(partition.clone());
+                cached.fetch_offset = partition.fetch_offset;
+                cached.max_bytes = partition.max_bytes;
+            }
+            for forgotten in &request.forgotten_topics_data {
+                let name = topic_name(&forgotten.topic, &forgotten.topic_id);
+                for partition in &forgotten.partitions {
+                    session.partitions.remove(&(name.clone(), *partition));
+                }
+            }
+            session.next_epoch = next_epoch(epoch);
+            let targets = session
+                .partitions
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            (Mode::Incremental { session_id: id }, targets)
+        }
+    };
+
+    let deadline = Instant::now() + Duration::from_millis(request.max_wait_ms.max(0) as u64);
+    let results = loop {
         let mut budget = request.max_bytes.max(0) as usize;
         let mut total_bytes = 0usize;
         let mut any_error = false;
-        let mut responses = Vec::with_capacity(topics.len());
-        for (name, topic) in &topics {
-            let mut partitions = Vec::with_capacity(topic.partitions.len());
-            for p in &topic.partitions {
-                let mut data = PartitionData::default().with_partition_index(p.partition);
-                if name.is_empty() {
-                    data = data
-                        .with_error_code(error_code::UNKNOWN_TOPIC_ID)
-                        .with_records(Some(Default::default()));
-                    any_error = true;
-                } else {
-                    let max_bytes = (p.partition_max_bytes.max(0) as usize).min(budget);
-                    let result = ctx
-                        .broker
-                        .read(
-                            name,
-                            p.partition,
-                            p.fetch_offset,
-                            max_bytes,
-                            total_bytes == 0,
-                        )
-                        .await;
-                    let size = result.records.as_ref().map_or(0, |r| r.len());
-                    total_bytes += size;
-                    budget = budget.saturating_sub(size);
-                    any_error |= result.error_code != error_code::NONE;
-                    data = data
-                        .with_error_code(result.error_code)
-                        .with_high_watermark(result.high_watermark)
-                        .with_last_stable_offset(result.last_stable_offset)
-                        .with_log_start_offset(result.log_start_offset)
-                        // Clients read a null record set as a protocol error: send empty.
-                        .with_records(Some(result.records.unwrap_or_default()));
-                    if version >= 4 {
-                        data = data.with_aborted_transactions(Some(Vec::new()));
-                    }
-                }
-                partitions.push(data);
-            }
-            let mut response = FetchableTopicResponse::default().with_partitions(partitions);
-            response = if version >= 13 {
-                response.with_topic_id(topic.topic_id)
+        let mut results: Vec<ReadResult> = Vec::with_capacity(targets.len());
+        for ((name, partition), cached) in &targets {
+            let result = if name.is_empty() {
+                ReadResult::error(error_code::UNKNOWN_TOPIC_ID)
             } else {
-                response.with_topic(TopicName(StrBytes::from_string(name.clone())))
+                let max_bytes = (cached.max_bytes.max(0) as usize).min(budget);
+                ctx.broker
+                    .read(
+                        name,
+                        *partition,
+                        cached.fetch_offset,
+                        max_bytes,
+                        total_bytes == 0,
+                    )
+                    .await
             };
-            responses.push(response);
+            let size = result.records.as_ref().map_or(0, |r| r.len());
+            total_bytes += size;
+            budget = budget.saturating_sub(size);
+            any_error |= result.error_code != error_code::NONE;
+            results.push(result);
         }
         let satisfied =
-            total_bytes >= request.min_bytes.max(0) as usize || any_error || topics.is_empty();
+            total_bytes >= request.min_bytes.max(0) as usize || any_error || targets.is_empty();
         if satisfied || Instant::now() >= deadline {
-            return FetchResponse::default().with_responses(responses);
+            break results;
         }
         glommio::timer::sleep(
             LONG_POLL_INTERVAL.min(deadline.saturating_duration_since(Instant::now())),
         )
         .await;
+    };
+
+    // Session bookkeeping: what each partition's client now knows.
+    let mut answered: Vec<bool> = vec![true; targets.len()];
+    let response_session_id = match mode {
+        Mode::Full { open_session, .. } => {
+            let partitions: BTreeMap<SessionKey, CachedPartition> = targets
+                .iter()
+                .zip(&results)
+                .map(|((key, cached), result)| (key.clone(), remembered(cached, result)))
+                .collect();
+            let stride = ctx.broker.config.cores.len() as i32;
+            if open_session {
+                ctx.broker
+                    .fetch_sessions
+                    .borrow_mut()
+                    .create(partitions, stride)
+                    .unwrap_or(0)
+            } else {
+                0
+            }
+        }
+        Mode::Incremental { session_id } => {
+            let mut sessions = ctx.broker.fetch_sessions.borrow_mut();
+            if let Some(session) = sessions.get_mut(session_id) {
+                for (index, ((key, _), result)) in targets.iter().zip(&results).enumerate() {
+                    if let Some(cached) = session.partitions.get_mut(key) {
+                        let changed = result.records.as_ref().is_some_and(|r| !r.is_empty())
+                            || result.error_code != error_code::NONE
+                            || result.high_watermark != cached.high_watermark
+                            || result.last_stable_offset != cached.last_stable_offset
+                            || result.log_start_offset != cached.log_start_offset;
+                        answered[index] = changed;
+                        *cached = remembered(cached, result);
+                    }
+                }
+            }
+            session_id
+        }
+    };
+
+    // Group answered partitions by topic, in order.
+    let mut responses: Vec<FetchableTopicResponse> = Vec::new();
+    for (((name, partition), cached), (result, answer)) in
+        targets.iter().zip(results.into_iter().zip(answered))
+    {
+        if !answer {
+            continue;
+        }
+        let mut data = PartitionData::default()
+            .with_partition_index(*partition)
+            .with_error_code(result.error_code)
+            .with_high_watermark(result.high_watermark)
+            .with_last_stable_offset(result.last_stable_offset)
+            .with_log_start_offset(result.log_start_offset)
+            // Clients read a null record set as a protocol error: send empty.
+            .with_records(Some(result.records.unwrap_or_default()));
+        if version >= 4 {
+            data = data.with_aborted_transactions(Some(Vec::new()));
+        }
+        let same_topic = responses.last().is_some_and(|t| {
+            if version >= 13 {
+                t.topic_id == cached.topic_id
+            } else {
+                t.topic.0.as_str() == name
+            }
+        });
+        if !same_topic {
+            let topic = FetchableTopicResponse::default();
+            responses.push(if version >= 13 {
+                topic.with_topic_id(cached.topic_id)
+            } else {
+                topic.with_topic(TopicName(StrBytes::from_string(name.clone())))
+            });
+        }
+        responses.last_mut().unwrap().partitions.push(data);
+    }
+    let mut response = FetchResponse::default().with_responses(responses);
+    if version >= 7 {
+        response = response.with_session_id(response_session_id);
+    }
+    response
+}
+
+fn remembered(cached: &CachedPartition, result: &ReadResult) -> CachedPartition {
+    CachedPartition {
+        high_watermark: result.high_watermark,
+        last_stable_offset: result.last_stable_offset,
+        log_start_offset: result.log_start_offset,
+        ..cached.clone()
     }
 }

@@ -12,6 +12,7 @@ use shards::runtime::ShardMesh;
 use tracing::warn;
 
 use super::control::ControlClient;
+use super::fetch_session::FetchSessionCache;
 use crate::config::BrokerConfig;
 use crate::metadata::image::MetadataImage;
 use crate::protocol::error_code;
@@ -23,6 +24,7 @@ pub struct ShardBroker {
     pub control: ControlClient,
     image: RefCell<Arc<MetadataImage>>,
     mesh: OnceCell<ShardMesh<ShardBroker>>,
+    pub fetch_sessions: RefCell<FetchSessionCache>,
 }
 
 /// Where a partition is served from, or why it cannot be.
@@ -52,7 +54,7 @@ pub struct ReadResult {
 }
 
 impl ReadResult {
-    fn error(error_code: i16) -> Self {
+    pub fn error(error_code: i16) -> Self {
         Self {
             error_code,
             high_watermark: -1,
@@ -75,6 +77,11 @@ impl ShardBroker {
         control: ControlClient,
         image: Arc<MetadataImage>,
     ) -> Self {
+        // The broker's slots shared among shards; ids interleave so they never clash.
+        let fetch_sessions = FetchSessionCache::new(
+            (config.max_incremental_fetch_session_cache_slots / config.cores.len()).max(1),
+            shard_id as i32 + 1,
+        );
         Self {
             shard_id,
             config,
@@ -82,6 +89,7 @@ impl ShardBroker {
             control,
             image: RefCell::new(image),
             mesh: OnceCell::new(),
+            fetch_sessions: RefCell::new(fetch_sessions),
         }
     }
 

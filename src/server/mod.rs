@@ -2,6 +2,7 @@
 
 pub mod broker;
 pub mod control;
+pub mod fetch_session;
 
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,0 +1,141 @@
+//! Incremental fetch sessions (KIP-227): a client that opens a session sends,
+//! after the first full request, only the partitions that changed, and gets
+//! back only the partitions with something new. Sessions live on the shard
+//! serving the connection, in a bounded cache
+//! (`max.incremental.fetch.session.cache.slots`, least recently used evicted).
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use uuid::Uuid;
+
+/// A partition in a session, by (topic name, partition).
+pub type SessionKey = (String, i32);
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct CachedPartition {
+    pub topic_id: Uuid,
+    pub fetch_offset: i64,
+    pub max_bytes: i32,
+    /// What the client was last told, to send only changes.
+    pub high_watermark: i64,
+    pub last_stable_offset: i64,
+    pub log_start_offset: i64,
+}
+
+#[derive(Debug)]
+pub struct FetchSession {
+    pub id: i32,
+    /// The epoch the next incremental request must carry.
+    pub next_epoch: i32,
+    pub partitions: BTreeMap<SessionKey, CachedPartition>,
+    last_used: Instant,
+}
+
+/// The epoch after `epoch`; 0 is only for opening a session.
+pub fn next_epoch(epoch: i32) -> i32 {
+    if epoch == i32::MAX {
+        1
+    } else {
+        epoch + 1
+    }
+}
+
+pub struct FetchSessionCache {
+    max_sessions: usize,
+    sessions: BTreeMap<i32, FetchSession>,
+    next_id: i32,
+}
+
+impl FetchSessionCache {
+    /// `first_id` spreads ids over shards so each shard's are distinct.
+    pub fn new(max_sessions: usize, first_id: i32) -> Self {
+        Self {
+            max_sessions,
+            sessions: BTreeMap::new(),
+            next_id: first_id.max(1),
+        }
+    }
+
+    /// Opens a session, evicting the least recently used one when full.
+    /// None when this cache holds no sessions at all.
+    pub fn create(
+        &mut self,
+        partitions: BTreeMap<SessionKey, CachedPartition>,
+        stride: i32,
+    ) -> Option<i32> {
+        if self.max_sessions == 0 {
+            return None;
+        }
+        if self.sessions.len() >= self.max_sessions {
+            let oldest = self
+                .sessions
+                .values()
+                .min_by_key(|s| s.last_used)
+                .map(|s| s.id)?;
+            self.sessions.remove(&oldest);
+        }
+        let id = self.next_id;
+        self.next_id = self.next_id.checked_add(stride).unwrap_or(1).max(1);
+        self.sessions.insert(
+            id,
+            FetchSession {
+                id,
+                next_epoch: 1,
+                partitions,
+                last_used: Instant::now(),
+            },
+        );
+        Some(id)
+    }
+
+    pub fn get_mut(&mut self, id: i32) -> Option<&mut FetchSession> {
+        let session = self.sessions.get_mut(&id)?;
+        session.last_used = Instant::now();
+        Some(session)
+    }
+
+    pub fn remove(&mut self, id: i32) {
+        self.sessions.remove(&id);
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.sessions.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn partition() -> CachedPartition {
+        CachedPartition {
+            topic_id: Uuid::nil(),
+            fetch_offset: 0,
+            max_bytes: 100,
+            high_watermark: -1,
+            last_stable_offset: -1,
+            log_start_offset: -1,
+        }
+    }
+
+    #[test]
+    fn bounded_with_least_recently_used_eviction() {
+        let mut cache = FetchSessionCache::new(2, 1);
+        let a = cache
+            .create(BTreeMap::from([(("t".into(), 0), partition())]), 2)
+            .unwrap();
+        let b = cache.create(BTreeMap::new(), 2).unwrap();
+        assert_ne!(a, b);
+        cache.get_mut(a).unwrap();
+        let c = cache.create(BTreeMap::new(), 2).unwrap();
+        assert_eq!(cache.len(), 2);
+        assert!(cache.get_mut(b).is_none(), "the least recently used went");
+        assert!(cache.get_mut(a).is_some() && cache.get_mut(c).is_some());
+        assert_eq!(next_epoch(i32::MAX), 1);
+        assert!(FetchSessionCache::new(0, 1)
+            .create(BTreeMap::new(), 1)
+            .is_none());
+    }
+}
