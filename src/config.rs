@@ -14,7 +14,6 @@ const BROKER_KEYS: &[&str] = &[
     "advertised.listeners",
     "log.dirs",
     "log.dir",
-    "zookeeper.connect",
     "num.partitions",
     "default.replication.factor",
     "min.insync.replicas",
@@ -127,6 +126,13 @@ impl BrokerConfig {
 
     pub fn from_properties(properties: &BTreeMap<String, String>) -> Result<Self, ConfigError> {
         let get = |key: &str| properties.get(key).map(String::as_str);
+        if get("zookeeper.connect").is_some_and(|v| !v.trim().is_empty()) {
+            return Err(ConfigError(
+                "invalid value for zookeeper.connect: ZooKeeper mode is not implemented yet; \
+                 remove it to run a single broker with embedded metadata"
+                    .into(),
+            ));
+        }
         let mut log_defaults = LogConfig::default();
         // Kafka's retention in hours and minutes, overridden by the finer key.
         for (key, factor) in [
