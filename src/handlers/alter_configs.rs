@@ -10,31 +10,40 @@ use super::{RequestContext, RESOURCE_TYPE_TOPIC};
 use crate::controller::{ApiError, ConfigOp};
 use crate::protocol::error_code;
 
-async fn alter(
+type Changes = Vec<(String, ConfigOp, Option<String>)>;
+
+/// One resource's outcome: (type, name, error code, error message).
+type ResourceOutcome = (i8, StrBytes, i16, Option<StrBytes>);
+
+/// Applies each resource's changes through the controller.
+async fn alter_all(
     ctx: &RequestContext,
-    resource_type: i8,
-    name: &StrBytes,
-    changes: Result<Vec<(String, ConfigOp, Option<String>)>, ApiError>,
+    resources: Vec<(i8, StrBytes, Result<Changes, ApiError>)>,
     replace_all: bool,
     validate_only: bool,
-) -> Result<(), ApiError> {
-    if resource_type != RESOURCE_TYPE_TOPIC {
-        return Err(ApiError::new(
-            error_code::INVALID_REQUEST,
-            "only topic configs can be altered",
-        ));
+) -> Vec<ResourceOutcome> {
+    let mut outcomes = Vec::with_capacity(resources.len());
+    for (resource_type, name, changes) in resources {
+        let result = match (resource_type, changes) {
+            (RESOURCE_TYPE_TOPIC, Ok(changes)) => {
+                ctx.broker
+                    .control
+                    .alter_configs(name.to_string(), changes, replace_all, validate_only)
+                    .await
+            }
+            (RESOURCE_TYPE_TOPIC, Err(error)) => Err(error),
+            _ => Err(ApiError::new(
+                error_code::INVALID_REQUEST,
+                "only topic configs can be altered",
+            )),
+        };
+        let (code, message) = match result {
+            Ok(()) => (error_code::NONE, None),
+            Err(error) => (error.code, Some(StrBytes::from_string(error.message))),
+        };
+        outcomes.push((resource_type, name, code, message));
     }
-    ctx.broker
-        .control
-        .alter_configs(name.to_string(), changes?, replace_all, validate_only)
-        .await
-}
-
-fn error_parts(result: Result<(), ApiError>) -> (i16, Option<StrBytes>) {
-    match result {
-        Ok(()) => (error_code::NONE, None),
-        Err(error) => (error.code, Some(StrBytes::from_string(error.message))),
-    }
+    outcomes
 }
 
 /// Legacy AlterConfigs: the given set replaces every override of the topic.
@@ -43,37 +52,35 @@ pub async fn handle(
     request: AlterConfigsRequest,
     _version: i16,
 ) -> AlterConfigsResponse {
-    let mut responses = Vec::with_capacity(request.resources.len());
-    for resource in request.resources {
-        let changes = resource
-            .configs
-            .iter()
-            .map(|c| {
-                (
-                    c.name.to_string(),
-                    ConfigOp::Set,
-                    c.value.as_ref().map(|v| v.to_string()),
-                )
-            })
-            .collect();
-        let result = alter(
-            ctx,
-            resource.resource_type,
-            &resource.resource_name,
-            Ok(changes),
-            true,
-            request.validate_only,
-        )
-        .await;
-        let (code, message) = error_parts(result);
-        responses.push(
+    let resources = request
+        .resources
+        .into_iter()
+        .map(|resource| {
+            let changes = resource
+                .configs
+                .iter()
+                .map(|c| {
+                    (
+                        c.name.to_string(),
+                        ConfigOp::Set,
+                        c.value.as_ref().map(|v| v.to_string()),
+                    )
+                })
+                .collect();
+            (resource.resource_type, resource.resource_name, Ok(changes))
+        })
+        .collect();
+    let responses = alter_all(ctx, resources, true, request.validate_only)
+        .await
+        .into_iter()
+        .map(|(resource_type, name, code, message)| {
             alter_configs_response::AlterConfigsResourceResponse::default()
                 .with_error_code(code)
                 .with_error_message(message)
-                .with_resource_type(resource.resource_type)
-                .with_resource_name(resource.resource_name),
-        );
-    }
+                .with_resource_type(resource_type)
+                .with_resource_name(name)
+        })
+        .collect();
     AlterConfigsResponse::default().with_responses(responses)
 }
 
@@ -83,46 +90,45 @@ pub async fn handle_incremental(
     request: IncrementalAlterConfigsRequest,
     _version: i16,
 ) -> IncrementalAlterConfigsResponse {
-    let mut responses = Vec::with_capacity(request.resources.len());
-    for resource in request.resources {
-        let changes = resource
-            .configs
-            .iter()
-            .map(|c| {
-                let op = match c.config_operation {
-                    0 => ConfigOp::Set,
-                    1 => ConfigOp::Delete,
-                    other => {
-                        return Err(ApiError::new(
-                            error_code::INVALID_REQUEST,
-                            format!("config operation {other} (APPEND/SUBTRACT) is not supported"),
-                        ))
-                    }
-                };
-                Ok((
-                    c.name.to_string(),
-                    op,
-                    c.value.as_ref().map(|v| v.to_string()),
-                ))
-            })
-            .collect();
-        let result = alter(
-            ctx,
-            resource.resource_type,
-            &resource.resource_name,
-            changes,
-            false,
-            request.validate_only,
-        )
-        .await;
-        let (code, message) = error_parts(result);
-        responses.push(
+    let resources = request
+        .resources
+        .into_iter()
+        .map(|resource| {
+            let changes = resource
+                .configs
+                .iter()
+                .map(|c| {
+                    let op =
+                        match c.config_operation {
+                            0 => ConfigOp::Set,
+                            1 => ConfigOp::Delete,
+                            other => return Err(ApiError::new(
+                                error_code::INVALID_REQUEST,
+                                format!(
+                                    "config operation {other} (APPEND/SUBTRACT) is not supported"
+                                ),
+                            )),
+                        };
+                    Ok((
+                        c.name.to_string(),
+                        op,
+                        c.value.as_ref().map(|v| v.to_string()),
+                    ))
+                })
+                .collect();
+            (resource.resource_type, resource.resource_name, changes)
+        })
+        .collect();
+    let responses = alter_all(ctx, resources, false, request.validate_only)
+        .await
+        .into_iter()
+        .map(|(resource_type, name, code, message)| {
             incremental_alter_configs_response::AlterConfigsResourceResponse::default()
                 .with_error_code(code)
                 .with_error_message(message)
-                .with_resource_type(resource.resource_type)
-                .with_resource_name(resource.resource_name),
-        );
-    }
+                .with_resource_type(resource_type)
+                .with_resource_name(name)
+        })
+        .collect();
     IncrementalAlterConfigsResponse::default().with_responses(responses)
 }

@@ -94,6 +94,18 @@ fn parent_of(path: &str) -> Option<&str> {
     }
 }
 
+/// Compare-and-set: `expected`, when given, must be the node's version.
+fn check_version(path: &str, actual: i32, expected: Option<i32>) -> Result<(), StoreError> {
+    match expected {
+        Some(expected) if expected != actual => Err(StoreError::BadVersion {
+            path: path.to_owned(),
+            expected,
+            actual,
+        }),
+        _ => Ok(()),
+    }
+}
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -240,15 +252,7 @@ impl EmbeddedStore {
             .nodes
             .get_mut(path)
             .ok_or_else(|| StoreError::NoNode(path.to_owned()))?;
-        if let Some(expected) = expected_version {
-            if expected != node.version {
-                return Err(StoreError::BadVersion {
-                    path: path.to_owned(),
-                    expected,
-                    actual: node.version,
-                });
-            }
-        }
+        check_version(path, node.version, expected_version)?;
         node.data = data.to_vec();
         node.version += 1;
         let version = node.version;
@@ -280,15 +284,7 @@ impl EmbeddedStore {
             .nodes
             .get(path)
             .ok_or_else(|| StoreError::NoNode(path.to_owned()))?;
-        if let Some(expected) = expected_version {
-            if expected != node.version {
-                return Err(StoreError::BadVersion {
-                    path: path.to_owned(),
-                    expected,
-                    actual: node.version,
-                });
-            }
-        }
+        check_version(path, node.version, expected_version)?;
         if !self.children(path)?.is_empty() {
             return Err(StoreError::NotEmpty(path.to_owned()));
         }

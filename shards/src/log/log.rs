@@ -8,7 +8,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-use glommio::sync::Semaphore;
+use glommio::sync::{Permit, Semaphore};
 use tracing::{info, warn};
 
 use super::checkpoint::run_blocking;
@@ -25,6 +25,13 @@ use super::segment::{
     INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX,
 };
 use super::{LogConfig, LogError, TimestampPolicy};
+
+/// Takes a one-permit lock. The semaphores are never closed.
+async fn permit(lock: &Semaphore) -> Permit<'_> {
+    lock.acquire_permit(1)
+        .await
+        .expect("log locks are never closed")
+}
 
 /// Suffix of a partition directory being deleted.
 pub const DELETE_DIR_SUFFIX: &str = "-delete";
@@ -371,11 +378,7 @@ impl Log {
         self.check_not_deleted()?;
         let config = self.config();
         validate_for_append(&records, &config, now_ms)?;
-        let _permit = self
-            .append_lock
-            .acquire_permit(1)
-            .await
-            .expect("lock closed");
+        let _permit = permit(&self.append_lock).await;
         self.check_not_deleted()?;
         let log_append_time_ms = match config.message_timestamp_type {
             TimestampPolicy::LogAppendTime => Some(now_ms),
@@ -478,11 +481,7 @@ impl Log {
     /// index entry and is flushed in the background, after which the recovery
     /// point moves past it.
     pub async fn roll(self: &Rc<Self>, now_ms: i64) -> Result<(), LogError> {
-        let _permit = self
-            .append_lock
-            .acquire_permit(1)
-            .await
-            .expect("lock closed");
+        let _permit = permit(&self.append_lock).await;
         self.roll_locked(now_ms).await?;
         Ok(())
     }
@@ -515,11 +514,7 @@ impl Log {
             .map(|(_, s)| s.clone())
             .collect();
         glommio::spawn_local(async move {
-            let _permit = flush_state
-                .lock
-                .acquire_permit(1)
-                .await
-                .expect("lock closed");
+            let _permit = permit(&flush_state.lock).await;
             if flush_state.truncations.get() != generation {
                 return; // truncated meanwhile: these offsets may no longer exist
             }
@@ -543,12 +538,7 @@ impl Log {
     /// Flushes every segment holding unflushed offsets; the recovery point moves
     /// to the log end as it was when the flush began.
     pub async fn flush(&self) -> Result<(), LogError> {
-        let _permit = self
-            .flush_state
-            .lock
-            .acquire_permit(1)
-            .await
-            .expect("lock closed");
+        let _permit = permit(&self.flush_state.lock).await;
         let up_to = self.log_end_offset();
         let recovery_point = self.recovery_point();
         let segments: Vec<_> = self
@@ -696,11 +686,7 @@ impl Log {
         if !config.cleanup_policy.delete {
             return Ok(0);
         }
-        let _permit = self
-            .maintenance_lock
-            .acquire_permit(1)
-            .await
-            .expect("lock closed");
+        let _permit = permit(&self.maintenance_lock).await;
         self.check_not_deleted()?;
         let segments = self.segments();
         let closed = &segments[..segments.len() - 1];
@@ -761,22 +747,7 @@ impl Log {
     /// leader).
     pub async fn truncate_to(&self, offset: i64) -> Result<(), LogError> {
         self.health.check()?;
-        let _maintenance = self
-            .maintenance_lock
-            .acquire_permit(1)
-            .await
-            .expect("lock closed");
-        let _append = self
-            .append_lock
-            .acquire_permit(1)
-            .await
-            .expect("lock closed");
-        let _flush = self
-            .flush_state
-            .lock
-            .acquire_permit(1)
-            .await
-            .expect("lock closed");
+        let _exclusive = self.exclusive().await;
         self.check_not_deleted()?;
         if offset >= self.log_end_offset() {
             return Ok(());
@@ -856,22 +827,7 @@ impl Log {
     /// to `<topic>-<partition>.<id>-delete` (Kafka's marker) so a crash during
     /// the removal never leaves a half-deleted log to load. Returns the new path.
     pub async fn mark_deleted(&self) -> Result<PathBuf, LogError> {
-        let _maintenance = self
-            .maintenance_lock
-            .acquire_permit(1)
-            .await
-            .expect("lock closed");
-        let _append = self
-            .append_lock
-            .acquire_permit(1)
-            .await
-            .expect("lock closed");
-        let _flush = self
-            .flush_state
-            .lock
-            .acquire_permit(1)
-            .await
-            .expect("lock closed");
+        let _exclusive = self.exclusive().await;
         self.deleted.set(true);
         let doomed = self.dir.with_file_name(format!(
             "{}.{:x}{DELETE_DIR_SUFFIX}",
@@ -898,11 +854,17 @@ impl Log {
         map.insert(new.base_offset(), new);
     }
 
-    pub(super) async fn maintenance_permit(&self) -> glommio::sync::Permit<'_> {
-        self.maintenance_lock
-            .acquire_permit(1)
-            .await
-            .expect("lock closed")
+    pub(super) async fn maintenance_permit(&self) -> Permit<'_> {
+        permit(&self.maintenance_lock).await
+    }
+
+    /// Every lock: nothing else touches the log while they are held.
+    async fn exclusive(&self) -> [Permit<'_>; 3] {
+        [
+            permit(&self.maintenance_lock).await,
+            permit(&self.append_lock).await,
+            permit(&self.flush_state.lock).await,
+        ]
     }
 
     async fn write_leader_epoch_checkpoint(&self) -> Result<(), LogError> {
@@ -914,11 +876,7 @@ impl Log {
 
     /// Flushes everything and leaves files ready for a clean restart.
     pub async fn close(&self) -> Result<(), LogError> {
-        let _permit = self
-            .append_lock
-            .acquire_permit(1)
-            .await
-            .expect("lock closed");
+        let _permit = permit(&self.append_lock).await;
         self.flush().await
     }
 }

@@ -465,9 +465,19 @@ impl LogSegment {
             return Ok(None);
         }
         let start = self.offset_index.borrow().lookup(target).position as u64;
+        self.find_batch(start, |header| header.last_offset() >= target)
+            .await
+    }
+
+    /// The first batch from `start` on that satisfies `wanted`, with its position.
+    async fn find_batch(
+        &self,
+        start: u64,
+        wanted: impl Fn(&RecordBatchHeader) -> bool,
+    ) -> io::Result<Option<(u64, RecordBatchHeader)>> {
         let mut found = None;
         self.scan_headers(start, self.size_bytes(), |position, header| {
-            if header.last_offset() >= target {
+            if wanted(header) {
                 found = Some((position, *header));
                 ControlFlow::Break(())
             } else {
@@ -541,17 +551,10 @@ impl LogSegment {
             .map_or(self.base_offset, |entry| entry.offset)
             .max(start_offset);
         let start = self.offset_index.borrow().lookup(from_offset).position as u64;
-        let mut found = None;
-        self.scan_headers(start, self.size_bytes(), |position, header| {
-            if header.max_timestamp >= timestamp && header.last_offset() >= start_offset {
-                found = Some((position, *header));
-                ControlFlow::Break(())
-            } else {
-                ControlFlow::Continue(())
-            }
+        self.find_batch(start, |header| {
+            header.max_timestamp >= timestamp && header.last_offset() >= start_offset
         })
-        .await?;
-        Ok(found)
+        .await
     }
 
     /// Validates every batch from the start, rebuilds both indexes, and cuts the
