@@ -68,6 +68,20 @@ pub enum ConfigOp {
 }
 
 const MAX_TOPIC_NAME_LENGTH: usize = 249;
+/// Partitions a topic may have: its assignment znode must stay under
+/// ZooKeeper's default 1 MiB node limit (`jute.maxbuffer`), and a request must
+/// never make the broker allocate without bound.
+const MAX_PARTITIONS_PER_TOPIC: i32 = 100_000;
+
+fn check_partition_count(count: i32) -> Result<(), ApiError> {
+    if count > MAX_PARTITIONS_PER_TOPIC {
+        return Err(ApiError::new(
+            error_code::INVALID_PARTITIONS,
+            format!("{count} partitions exceed the limit of {MAX_PARTITIONS_PER_TOPIC} per topic"),
+        ));
+    }
+    Ok(())
+}
 
 pub fn validate_topic_name(name: &str) -> Result<(), ApiError> {
     let legal = !name.is_empty()
@@ -246,6 +260,7 @@ impl KafkaController {
                     "number of partitions must be larger than 0",
                 ));
             }
+            check_partition_count(partitions)?;
             if replication_factor <= 0 || replication_factor as usize > live_brokers {
                 return Err(ApiError::new(
                     error_code::INVALID_REPLICATION_FACTOR,
@@ -262,6 +277,7 @@ impl KafkaController {
                     "both replica assignment and partitions/replication factor were given",
                 ));
             }
+            check_partition_count(topic.assignments.len().try_into().unwrap_or(i32::MAX))?;
             for replicas in &topic.assignments {
                 if replicas.is_empty()
                     || replicas
@@ -413,7 +429,8 @@ impl KafkaController {
         let mut assignment: Value = serde_json::from_slice(&data)
             .map_err(|e| ApiError::new(error_code::UNKNOWN_SERVER_ERROR, e.to_string()))?;
         let current = assignment["partitions"].as_object().map_or(0, |p| p.len());
-        if count as usize <= current {
+        check_partition_count(count)?;
+        if count <= 0 || count as usize <= current {
             return Err(ApiError::new(
                 error_code::INVALID_PARTITIONS,
                 format!(
@@ -742,6 +759,13 @@ mod tests {
                 .unwrap_err()
                 .code,
             error_code::INVALID_PARTITIONS
+        );
+        assert_eq!(
+            c.create_partitions("orders", i32::MAX, None, false)
+                .unwrap_err()
+                .code,
+            error_code::INVALID_PARTITIONS,
+            "no unbounded allocation from a request"
         );
         c.alter_topic_config(
             "orders",

@@ -98,17 +98,18 @@ pub async fn handle_incremental(
                 .configs
                 .iter()
                 .map(|c| {
-                    let op =
-                        match c.config_operation {
-                            0 => ConfigOp::Set,
-                            1 => ConfigOp::Delete,
-                            other => return Err(ApiError::new(
+                    let op = match c.config_operation {
+                        0 => ConfigOp::Set,
+                        1 => ConfigOp::Delete,
+                        other => {
+                            return Err(ApiError::new(
                                 error_code::INVALID_REQUEST,
                                 format!(
                                     "config operation {other} (APPEND/SUBTRACT) is not supported"
                                 ),
-                            )),
-                        };
+                            ))
+                        }
+                    };
                     Ok((
                         c.name.to_string(),
                         op,
