@@ -26,6 +26,7 @@ const BROKER_KEYS: &[&str] = &[
     "log.cleaner.dedupe.buffer.size",
     "socket.request.max.bytes",
     "max.incremental.fetch.session.cache.slots",
+    "fetch.max.bytes",
     "ringbroker.cores",
 ];
 
@@ -72,6 +73,7 @@ pub struct BrokerConfig {
     pub auto_create_topics_enable: bool,
     pub socket_request_max_bytes: usize,
     pub max_incremental_fetch_session_cache_slots: usize,
+    pub fetch_max_bytes: usize,
     pub log_dirs: Vec<PathBuf>,
     pub cores: Vec<usize>,
     pub log_defaults: LogConfig,
@@ -268,6 +270,8 @@ impl BrokerConfig {
             .map_or(Ok(1000), |v| {
                 parse("max.incremental.fetch.session.cache.slots", v)
             })?,
+            fetch_max_bytes: get("fetch.max.bytes")
+                .map_or(Ok(57_671_680), |v| parse("fetch.max.bytes", v))?,
             log_dirs,
             cores,
             log_defaults,

@@ -1,6 +1,7 @@
 //! ringbroker: a broker that speaks Apache Kafka's wire protocol, one thread per
 //! core on io_uring.
 
+mod allocator;
 mod config;
 mod controller;
 mod handlers;
@@ -16,6 +17,9 @@ use clap::{Parser, Subcommand};
 use tracing::{error, info};
 
 use crate::config::BrokerConfig;
+
+#[global_allocator]
+static GLOBAL: allocator::Allocator = allocator::Allocator;
 
 #[derive(Parser)]
 #[command(
@@ -85,8 +89,23 @@ fn wait_for_shutdown_signal(set: &libc::sigset_t) -> i32 {
     signal
 }
 
+/// Segments, indexes and connections each hold a descriptor: take the hard
+/// limit, as Kafka's start scripts advise.
+fn raise_open_files_limit() {
+    // SAFETY: getrlimit/setrlimit on a valid, owned struct.
+    unsafe {
+        let mut limit: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max
+        {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
+    }
+}
+
 fn start(config_path: PathBuf, overrides: Vec<String>) -> Result<(), Box<dyn std::error::Error>> {
     let config = BrokerConfig::load(&config_path, &overrides)?;
+    raise_open_files_limit();
     let signals = block_shutdown_signals();
     let (listener, advertised) = (
         config.listener,

@@ -85,6 +85,18 @@ fn bad_requests_get_kafkas_errors_or_a_closed_connection() {
     expect_closed(&broker, &(-5i32).to_be_bytes(), false);
     still_served(&mut good);
 
+    // A tiny request claiming two billion topics: refused, nothing reserved for real.
+    let mut claim = Vec::new();
+    claim.extend_from_slice(&3i16.to_be_bytes()); // Metadata
+    claim.extend_from_slice(&0i16.to_be_bytes()); // v0
+    claim.extend_from_slice(&7i32.to_be_bytes()); // correlation id
+    claim.extend_from_slice(&(-1i16).to_be_bytes()); // null client id
+    claim.extend_from_slice(&0x7fff_ffffi32.to_be_bytes()); // topics array length
+    let mut frame = (claim.len() as i32).to_be_bytes().to_vec();
+    frame.extend_from_slice(&claim);
+    expect_closed(&broker, &frame, false);
+    still_served(&mut good);
+
     // An unknown API key, and a version we do not serve.
     let mut unknown = good.request_frame(ApiKey::Metadata, 12, &MetadataRequest::default());
     unknown[4..6].copy_from_slice(&999i16.to_be_bytes());

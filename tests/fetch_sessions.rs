@@ -124,9 +124,22 @@ fn sessions_send_only_what_changed() {
         "FETCH_SESSION_ID_NOT_FOUND"
     );
 
+    // "Close this session, open a new one", as clients do after an error.
+    let reopened = fetch(&mut client, id, 0, &[(0, 1), (1, 0), (2, 1)]);
+    assert_eq!(reopened.error_code, 0);
+    assert_ne!(reopened.session_id, 0);
+    assert_ne!(reopened.session_id, id);
+    assert_eq!(answered(&reopened), vec![0, 1, 2]);
+    assert_eq!(
+        fetch(&mut client, id, 3, &[]).error_code,
+        70,
+        "the old session is gone"
+    );
+    let id = reopened.session_id;
+
     // Closing it: a sessionless full answer, and the session is gone.
     let closed = fetch(&mut client, id, -1, &[(0, 0)]);
     assert_eq!((closed.error_code, closed.session_id), (0, 0));
     assert_eq!(answered(&closed), vec![0]);
-    assert_eq!(fetch(&mut client, id, 3, &[]).error_code, 70);
+    assert_eq!(fetch(&mut client, id, 1, &[]).error_code, 70);
 }

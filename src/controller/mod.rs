@@ -105,6 +105,41 @@ pub fn validate_topic_name(name: &str) -> Result<(), ApiError> {
 const PRODUCER_ID_BLOCK_SIZE: i64 = 1000;
 const PRODUCER_ID_BLOCK_PATH: &str = "/latest_producer_id_block";
 
+/// Replica assignments must name known brokers, once each, with one
+/// replication factor for every partition.
+fn check_assignments(
+    assignments: &[Vec<i32>],
+    live_brokers: &[i32],
+    replication_factor: Option<usize>,
+) -> Result<(), ApiError> {
+    let invalid = |why: String| Err(ApiError::new(error_code::INVALID_REPLICA_ASSIGNMENT, why));
+    let factor = replication_factor
+        .or(assignments.first().map(Vec::len))
+        .unwrap_or(0);
+    for (partition, replicas) in assignments.iter().enumerate() {
+        if replicas.is_empty() || replicas.len() != factor {
+            return invalid(format!(
+                "partition {partition} has {} replicas, expected {factor}",
+                replicas.len()
+            ));
+        }
+        if let Some(unknown) = replicas.iter().find(|b| !live_brokers.contains(b)) {
+            return invalid(format!(
+                "partition {partition} names unknown broker {unknown}"
+            ));
+        }
+        let mut sorted = replicas.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        if sorted.len() != replicas.len() {
+            return invalid(format!(
+                "partition {partition} repeats a broker: {replicas:?}"
+            ));
+        }
+    }
+    Ok(())
+}
+
 pub struct KafkaController {
     store: EmbeddedStore,
     broker: BrokerEndpoint,
@@ -214,8 +249,11 @@ impl KafkaController {
             next_producer_id: 0,
             producer_id_block_end: -1,
         };
-        // Finish deletions a crash interrupted.
-        controller.process_topic_deletions()?;
+        // Finish deletions a crash interrupted; a failure here is not fatal.
+        if let Err(error) = controller.process_topic_deletions() {
+            tracing::error!(%error, "cannot finish pending topic deletions");
+        }
+        controller.store.commit()?;
         Ok(controller)
     }
 
@@ -278,18 +316,7 @@ impl KafkaController {
                 ));
             }
             check_partition_count(topic.assignments.len().try_into().unwrap_or(i32::MAX))?;
-            for replicas in &topic.assignments {
-                if replicas.is_empty()
-                    || replicas
-                        .iter()
-                        .any(|b| !self.store.exists(&format!("/brokers/ids/{b}")))
-                {
-                    return Err(ApiError::new(
-                        error_code::INVALID_REPLICA_ASSIGNMENT,
-                        format!("replica assignment {replicas:?} names an unknown broker"),
-                    ));
-                }
-            }
+            check_assignments(&topic.assignments, &self.live_brokers()?, None)?;
             topic.assignments.clone()
         };
         let mut overrides = BTreeMap::new();
@@ -365,18 +392,39 @@ impl KafkaController {
         Ok(())
     }
 
+    fn live_brokers(&self) -> Result<Vec<i32>, ApiError> {
+        Ok(self
+            .store
+            .children("/brokers/ids")?
+            .iter()
+            .filter_map(|id| id.parse().ok())
+            .collect())
+    }
+
+    /// The topic exists under a legal name (names become znode paths).
+    fn existing_topic(&self, topic: &str) -> Result<(), ApiError> {
+        validate_topic_name(topic)?;
+        if !self.store.exists(&topic_path(topic)) {
+            return Err(ApiError::new(
+                error_code::UNKNOWN_TOPIC_OR_PARTITION,
+                format!("topic '{topic}' does not exist"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Writes the request's changes to disk, all together.
+    pub fn commit(&mut self) -> Result<(), ApiError> {
+        self.store.commit().map_err(ApiError::from)
+    }
+
     /// Marks topics for deletion under `/admin/delete_topics` and lets the
     /// deletion watch do the work, as Kafka's controller does.
     pub fn delete_topics(&mut self, names: &[String]) -> Vec<Result<(), ApiError>> {
         let results = names
             .iter()
             .map(|name| {
-                if !self.store.exists(&topic_path(name)) {
-                    return Err(ApiError::new(
-                        error_code::UNKNOWN_TOPIC_OR_PARTITION,
-                        format!("topic '{name}' does not exist"),
-                    ));
-                }
+                self.existing_topic(name)?;
                 let marker = format!("/admin/delete_topics/{name}");
                 match self.store.create(&marker, b"", CreateMode::Persistent) {
                     Ok(()) | Err(StoreError::NodeExists(_)) => Ok(()),
@@ -399,7 +447,7 @@ impl KafkaController {
                     self.store.delete_recursive(&topic_path(&name))?;
                 }
                 if self.store.exists(&config_path(&name)) {
-                    self.store.delete(&config_path(&name), None)?;
+                    self.store.delete_recursive(&config_path(&name))?;
                 }
                 self.store
                     .delete(&format!("/admin/delete_topics/{name}"), None)?;
@@ -420,12 +468,8 @@ impl KafkaController {
         assignments: Option<Vec<Vec<i32>>>,
         validate_only: bool,
     ) -> Result<(), ApiError> {
-        let (data, version) = self.store.get(&topic_path(topic)).ok_or_else(|| {
-            ApiError::new(
-                error_code::UNKNOWN_TOPIC_OR_PARTITION,
-                format!("topic '{topic}' does not exist"),
-            )
-        })?;
+        self.existing_topic(topic)?;
+        let (data, version) = self.store.get(&topic_path(topic)).unwrap_or_default();
         let mut assignment: Value = serde_json::from_slice(&data)
             .map_err(|e| ApiError::new(error_code::UNKNOWN_SERVER_ERROR, e.to_string()))?;
         let current = assignment["partitions"].as_object().map_or(0, |p| p.len());
@@ -449,6 +493,7 @@ impl KafkaController {
                         "assignment count does not match the new partitions",
                     ));
                 }
+                check_assignments(&explicit, &self.live_brokers()?, Some(replication_factor))?;
                 explicit
             }
             None => (current..count as usize)
@@ -482,12 +527,7 @@ impl KafkaController {
         replace_all: bool,
         validate_only: bool,
     ) -> Result<(), ApiError> {
-        if !self.store.exists(&topic_path(topic)) {
-            return Err(ApiError::new(
-                error_code::UNKNOWN_TOPIC_OR_PARTITION,
-                format!("topic '{topic}' does not exist"),
-            ));
-        }
+        self.existing_topic(topic)?;
         let (data, version) = self.store.get(&config_path(topic)).unwrap_or_default();
         let mut overrides: BTreeMap<String, String> = if replace_all {
             BTreeMap::new()
@@ -767,6 +807,21 @@ mod tests {
             error_code::INVALID_PARTITIONS,
             "no unbounded allocation from a request"
         );
+        for bad in [vec![vec![]], vec![vec![7]], vec![vec![0, 0]]] {
+            assert_eq!(
+                c.create_partitions("orders", 6, Some(bad), false)
+                    .unwrap_err()
+                    .code,
+                error_code::INVALID_REPLICA_ASSIGNMENT
+            );
+        }
+        assert_eq!(
+            c.alter_topic_config("orders/partitions", &[], false, false)
+                .unwrap_err()
+                .code,
+            error_code::INVALID_TOPIC_EXCEPTION,
+            "names become znode paths: never a path"
+        );
         c.alter_topic_config(
             "orders",
             &[("retention.ms".into(), ConfigOp::Set, Some("1000".into()))],
@@ -805,6 +860,7 @@ mod tests {
             }],
             false,
         );
+        c.commit().unwrap();
         drop(c);
         let c = controller(dir.path());
         assert_eq!(c.controller_epoch, 2);

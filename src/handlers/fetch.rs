@@ -15,8 +15,10 @@ use crate::protocol::error_code;
 use crate::server::broker::ReadResult;
 use crate::server::fetch_session::{next_epoch, CachedPartition, SessionKey};
 
-/// How often a long-polling fetch looks for new data.
-const LONG_POLL_INTERVAL: Duration = Duration::from_millis(1);
+/// How often a long-polling fetch looks for new data: soon at first, then
+/// backing off so idle consumers cost little.
+const MIN_POLL_INTERVAL: Duration = Duration::from_millis(1);
+const MAX_POLL_INTERVAL: Duration = Duration::from_millis(8);
 const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
 const INVALID_FETCH_SESSION_EPOCH: i16 = 71;
 /// A session epoch that asks for a full, sessionless fetch (or closes a session).
@@ -86,6 +88,11 @@ pub async fn handle(ctx: &RequestContext, request: FetchRequest, version: i16) -
                 requested,
             )
         }
+        // Close this session and open a new one: what clients send after an error.
+        (id, INITIAL_EPOCH) => {
+            ctx.broker.fetch_sessions.borrow_mut().remove(id);
+            (Mode::Full { open_session: true }, requested)
+        }
         (id, epoch) => {
             let mut sessions = ctx.broker.fetch_sessions.borrow_mut();
             let Some(session) = sessions.get_mut(id) else {
@@ -116,8 +123,11 @@ pub async fn handle(ctx: &RequestContext, request: FetchRequest, version: i16) -
     };
 
     let deadline = Instant::now() + Duration::from_millis(request.max_wait_ms.max(0) as u64);
+    // The broker bounds what one response may hold (`fetch.max.bytes`).
+    let max_bytes = (request.max_bytes.max(0) as usize).min(ctx.broker.config.fetch_max_bytes);
+    let mut poll_interval = MIN_POLL_INTERVAL;
     let results = loop {
-        let mut budget = request.max_bytes.max(0) as usize;
+        let mut budget = max_bytes;
         let mut total_bytes = 0usize;
         let mut any_error = false;
         let mut results: Vec<ReadResult> = Vec::with_capacity(targets.len());
@@ -148,9 +158,10 @@ pub async fn handle(ctx: &RequestContext, request: FetchRequest, version: i16) -
             break results;
         }
         glommio::timer::sleep(
-            LONG_POLL_INTERVAL.min(deadline.saturating_duration_since(Instant::now())),
+            poll_interval.min(deadline.saturating_duration_since(Instant::now())),
         )
         .await;
+        poll_interval = (poll_interval * 2).min(MAX_POLL_INTERVAL);
     };
 
     // Session bookkeeping: what each partition's client now knows.

@@ -1,5 +1,5 @@
-//! InitProducerId (key 22): producer ids for idempotent producers, and the
-//! epoch bump of KIP-360. Transactions are not served yet.
+//! InitProducerId (key 22): producer ids for idempotent producers.
+//! Transactions are not served yet.
 
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
 
@@ -17,16 +17,8 @@ pub async fn handle(
     if request.transactional_id.is_some() {
         return response.with_error_code(error_code::INVALID_REQUEST);
     }
-    // KIP-360: a producer that knows its id asks for the next epoch.
-    if request.producer_id.0 >= 0
-        && request.producer_epoch >= 0
-        && request.producer_epoch < i16::MAX - 1
-    {
-        return response
-            .with_error_code(error_code::NONE)
-            .with_producer_id(request.producer_id)
-            .with_producer_epoch(request.producer_epoch + 1);
-    }
+    // Without a transactional id, Kafka ignores any id and epoch the producer
+    // names (KIP-360 bumps need a transaction coordinator) and hands out a new id.
     match ctx.broker.control.allocate_producer_id().await {
         Ok(id) => response
             .with_error_code(error_code::NONE)

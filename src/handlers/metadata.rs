@@ -12,6 +12,9 @@ use crate::controller::{validate_topic_name, NewTopic};
 use crate::metadata::image::{MetadataImage, TopicImage};
 use crate::protocol::error_code;
 
+/// Kafka's internal topics.
+const INTERNAL_TOPICS: &[&str] = &["__consumer_offsets", "__transaction_state"];
+
 pub async fn handle(
     ctx: &RequestContext,
     request: MetadataRequest,
@@ -137,7 +140,7 @@ fn topic_response(
         response = response.with_topic_id(topic.id);
     }
     if version >= 1 {
-        response = response.with_is_internal(topic.name.starts_with("__"));
+        response = response.with_is_internal(INTERNAL_TOPICS.contains(&topic.name.as_str()));
     }
     response
 }

@@ -81,6 +81,9 @@ pub struct WatchedEvent {
 
 pub struct EmbeddedStore {
     snapshot_path: PathBuf,
+    /// Changes since the last commit: the snapshot is rewritten once per
+    /// commit, so a request's changes reach the disk together or not at all.
+    dirty: bool,
     nodes: BTreeMap<String, Znode>,
     watches: BTreeSet<WatchedEvent>,
     fired: Vec<WatchedEvent>,
@@ -158,10 +161,21 @@ impl EmbeddedStore {
         }
         Ok(Self {
             snapshot_path,
+            dirty: false,
             nodes,
             watches: BTreeSet::new(),
             fired: Vec::new(),
         })
+    }
+
+    /// Writes the tree if it changed since the last commit.
+    pub fn commit(&mut self) -> Result<(), StoreError> {
+        if !self.dirty {
+            return Ok(());
+        }
+        self.persist()?;
+        self.dirty = false;
+        Ok(())
     }
 
     fn persist(&self) -> Result<(), StoreError> {
@@ -201,7 +215,7 @@ impl EmbeddedStore {
                 ephemeral: mode == CreateMode::Ephemeral,
             },
         );
-        self.persist()?;
+        self.dirty = true;
         self.fire(path, WatchKind::Data);
         let parent = parent.to_owned();
         self.fire(&parent, WatchKind::Children);
@@ -256,7 +270,7 @@ impl EmbeddedStore {
         node.data = data.to_vec();
         node.version += 1;
         let version = node.version;
-        self.persist()?;
+        self.dirty = true;
         self.fire(path, WatchKind::Data);
         Ok(version)
     }
@@ -289,7 +303,7 @@ impl EmbeddedStore {
             return Err(StoreError::NotEmpty(path.to_owned()));
         }
         self.nodes.remove(path);
-        self.persist()?;
+        self.dirty = true;
         self.fire(path, WatchKind::Data);
         if let Some(parent) = parent_of(path) {
             let parent = parent.to_owned();
@@ -371,6 +385,12 @@ mod tests {
             Err(StoreError::NotEmpty(_))
         ));
         store.delete("/brokers/topics/w", None).unwrap();
+        let uncommitted = EmbeddedStore::open(dir.path()).unwrap();
+        assert!(
+            !uncommitted.exists("/brokers/topics/t"),
+            "nothing reaches the disk before a commit"
+        );
+        store.commit().unwrap();
 
         let reopened = EmbeddedStore::open(dir.path()).unwrap();
         assert_eq!(reopened.get("/brokers/topics/t"), Some((b"v1".to_vec(), 1)));

@@ -79,7 +79,9 @@ impl ShardBroker {
     ) -> Self {
         // The broker's slots shared among shards; ids interleave so they never clash.
         let fetch_sessions = FetchSessionCache::new(
-            (config.max_incremental_fetch_session_cache_slots / config.cores.len()).max(1),
+            config
+                .max_incremental_fetch_session_cache_slots
+                .div_ceil(config.cores.len()),
             shard_id as i32 + 1,
         );
         Self {

@@ -207,21 +207,28 @@ impl ControlPlane {
     pub fn next_image(&mut self) -> Arc<MetadataImage> {
         self.image_version += 1;
         let mut image = self.controller.build_image(self.image_version);
-        for topic in image.topics.values_mut() {
-            let topic = Arc::make_mut(topic);
-            for (index, partition) in topic.partitions.iter_mut().enumerate() {
-                if partition.replicas.contains(&self.broker_id) {
-                    match self
-                        .placement
-                        .assign(&TopicPartition::new(topic.name.clone(), index as i32))
-                    {
-                        Ok(shard) => partition.shard = Some(shard),
-                        Err(error) => {
-                            warn!(topic = topic.name, index, %error, "cannot persist shard placement")
-                        }
-                    }
-                }
+        let mine: Vec<TopicPartition> = image
+            .topics
+            .values()
+            .flat_map(|topic| {
+                topic
+                    .partitions
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, p)| p.replicas.contains(&self.broker_id))
+                    .map(|(index, _)| TopicPartition::new(topic.name.clone(), index as i32))
+            })
+            .collect();
+        let shards = match self.placement.assign_all(&mine) {
+            Ok(shards) => shards,
+            Err(error) => {
+                warn!(%error, "cannot persist shard placement; partitions stay unplaced");
+                return Arc::new(image);
             }
+        };
+        for (tp, shard) in mine.iter().zip(shards) {
+            let topic = Arc::make_mut(image.topics.get_mut(&tp.topic).unwrap());
+            topic.partitions[tp.partition as usize].shard = Some(shard);
         }
         Arc::new(image)
     }
@@ -254,8 +261,15 @@ impl ControlPlane {
             images.push(task.await);
         }
         while let Some(request) = merged_rx.recv().await {
-            tracing::debug!("control request");
             let (changed, reply) = self.serve(request);
+            if let Err(error) = self.controller.commit() {
+                // The store cannot reach its disk: nothing more can be changed safely.
+                tracing::error!(
+                    ?error,
+                    "metadata store commit failed; stopping the control plane"
+                );
+                return;
+            }
             if changed {
                 let image = self.next_image();
                 for shard in &images {

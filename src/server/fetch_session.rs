@@ -5,9 +5,12 @@
 //! (`max.incremental.fetch.session.cache.slots`, least recently used evicted).
 
 use std::collections::BTreeMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use uuid::Uuid;
+
+/// How long a session must sit unused before a new one may take its slot.
+const EVICTABLE_AFTER: Duration = Duration::from_secs(120);
 
 /// A partition in a session, by (topic name, partition).
 pub type SessionKey = (String, i32);
@@ -57,22 +60,20 @@ impl FetchSessionCache {
         }
     }
 
-    /// Opens a session, evicting the least recently used one when full.
-    /// None when this cache holds no sessions at all.
+    /// Opens a session. When the cache is full, only a session idle for
+    /// `EVICTABLE_AFTER` makes room, as in Kafka; otherwise no session (None)
+    /// and the client keeps sending full requests.
     pub fn create(
         &mut self,
         partitions: BTreeMap<SessionKey, CachedPartition>,
         stride: i32,
     ) -> Option<i32> {
-        if self.max_sessions == 0 {
-            return None;
-        }
         if self.sessions.len() >= self.max_sessions {
-            let oldest = self
-                .sessions
-                .values()
-                .min_by_key(|s| s.last_used)
-                .map(|s| s.id)?;
+            let oldest = self.sessions.values().min_by_key(|s| s.last_used)?;
+            if oldest.last_used.elapsed() < EVICTABLE_AFTER {
+                return None;
+            }
+            let oldest = oldest.id;
             self.sessions.remove(&oldest);
         }
         let id = self.next_id;
@@ -121,17 +122,20 @@ mod tests {
     }
 
     #[test]
-    fn bounded_with_least_recently_used_eviction() {
+    fn bounded_and_active_sessions_are_never_evicted() {
         let mut cache = FetchSessionCache::new(2, 1);
         let a = cache
             .create(BTreeMap::from([(("t".into(), 0), partition())]), 2)
             .unwrap();
         let b = cache.create(BTreeMap::new(), 2).unwrap();
         assert_ne!(a, b);
-        cache.get_mut(a).unwrap();
-        let c = cache.create(BTreeMap::new(), 2).unwrap();
+        // Full, and both sessions are in use: no new session.
+        assert_eq!(cache.create(BTreeMap::new(), 2), None);
         assert_eq!(cache.len(), 2);
-        assert!(cache.get_mut(b).is_none(), "the least recently used went");
+        // A session idle long enough gives up its slot.
+        cache.sessions.get_mut(&b).unwrap().last_used -= EVICTABLE_AFTER;
+        let c = cache.create(BTreeMap::new(), 2).unwrap();
+        assert!(cache.get_mut(b).is_none());
         assert!(cache.get_mut(a).is_some() && cache.get_mut(c).is_some());
         assert_eq!(next_epoch(i32::MAX), 1);
         assert!(FetchSessionCache::new(0, 1)

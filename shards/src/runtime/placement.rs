@@ -68,18 +68,32 @@ impl ShardPlacement {
     /// The partition's shard, placing it on the least loaded shard (lowest id on
     /// ties) and persisting the table if it is new.
     pub fn assign(&self, tp: &TopicPartition) -> io::Result<usize> {
+        Ok(self.assign_all(std::slice::from_ref(tp))?[0])
+    }
+
+    /// Places every partition not placed yet, persisting the table once.
+    pub fn assign_all(&self, partitions: &[TopicPartition]) -> io::Result<Vec<usize>> {
         let mut table = self.table.lock().unwrap();
-        if let Some(shard) = table.get(tp) {
-            return Ok(*shard);
-        }
         let mut counts = vec![0usize; self.nr_shards];
         for shard in table.values() {
             counts[*shard] += 1;
         }
-        let shard = (0..self.nr_shards).min_by_key(|&s| counts[s]).unwrap();
-        table.insert(tp.clone(), shard);
-        self.persist(&table)?;
-        Ok(shard)
+        let mut changed = false;
+        let shards = partitions
+            .iter()
+            .map(|tp| {
+                *table.entry(tp.clone()).or_insert_with(|| {
+                    let shard = (0..self.nr_shards).min_by_key(|&s| counts[s]).unwrap();
+                    counts[shard] += 1;
+                    changed = true;
+                    shard
+                })
+            })
+            .collect();
+        if changed {
+            self.persist(&table)?;
+        }
+        Ok(shards)
     }
 
     pub fn remove(&self, tp: &TopicPartition) -> io::Result<()> {
