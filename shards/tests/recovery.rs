@@ -174,7 +174,7 @@ fn a_clean_shutdown_leaves_checkpoints_and_a_marker() {
         async move {
             let manager = LogManager::new(0, log_dirs, LogManagerConfig::default());
             let log = manager
-                .get_or_create_log(&tp, std::rc::Rc::new(config()))
+                .get_or_create_log(&tp, std::rc::Rc::new(config()), "topic-id-a")
                 .await
                 .unwrap();
             for i in 0..10 {
@@ -207,7 +207,7 @@ fn a_clean_shutdown_leaves_checkpoints_and_a_marker() {
     run(async move {
         let manager = LogManager::new(0, reopened, LogManagerConfig::default());
         let log = manager
-            .get_or_create_log(&tp, std::rc::Rc::new(config()))
+            .get_or_create_log(&tp, std::rc::Rc::new(config()), "topic-id-a")
             .await
             .unwrap();
         assert_eq!((log.log_end_offset(), log.high_watermark()), (50, 40));
@@ -243,11 +243,19 @@ fn a_failing_log_dir_goes_offline_and_the_others_keep_serving() {
     run(async move {
         let manager = LogManager::new(0, log_dirs.clone(), LogManagerConfig::default());
         let on_small = manager
-            .get_or_create_log(&TopicPartition::new("a", 0), std::rc::Rc::new(config()))
+            .get_or_create_log(
+                &TopicPartition::new("a", 0),
+                std::rc::Rc::new(config()),
+                "id-a",
+            )
             .await
             .unwrap();
         let on_big = manager
-            .get_or_create_log(&TopicPartition::new("b", 0), std::rc::Rc::new(config()))
+            .get_or_create_log(
+                &TopicPartition::new("b", 0),
+                std::rc::Rc::new(config()),
+                "id-b",
+            )
             .await
             .unwrap();
         assert!(on_small.dir().starts_with(&small) && on_big.dir().starts_with(&big));
@@ -283,7 +291,11 @@ fn a_failing_log_dir_goes_offline_and_the_others_keep_serving() {
         }
         assert_eq!(read_all(&on_big).await.len(), 100);
         let new_log = manager
-            .get_or_create_log(&TopicPartition::new("c", 0), std::rc::Rc::new(config()))
+            .get_or_create_log(
+                &TopicPartition::new("c", 0),
+                std::rc::Rc::new(config()),
+                "id-c",
+            )
             .await
             .unwrap();
         assert!(new_log.dir().starts_with(&big));
@@ -355,5 +367,47 @@ fn produced_batches_must_fill_their_offset_range() {
         let error = log.append_as_leader(sparse, 0, 2_000).await.unwrap_err();
         assert_eq!(error.kafka_error_code(), 87, "INVALID_RECORD");
         assert_eq!(log.log_end_offset(), 0);
+    });
+}
+
+#[test]
+fn a_directory_of_an_earlier_topic_with_the_same_name_is_not_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let dirs = vec![dir.path().to_owned()];
+    let tp = TopicPartition::new("reused", 0);
+    {
+        let log_dirs = LogDirs::open(&dirs);
+        let tp = tp.clone();
+        run(async move {
+            let manager = LogManager::new(0, log_dirs, LogManagerConfig::default());
+            let log = manager
+                .get_or_create_log(&tp, std::rc::Rc::new(config()), "first-id")
+                .await
+                .unwrap();
+            log.append_as_leader(batch(0, 5, 10, 1_000), 0, 2_000)
+                .await
+                .unwrap();
+            manager.shutdown().await;
+        });
+    }
+    let text = fs::read_to_string(dir.path().join("reused-0/partition.metadata")).unwrap();
+    assert_eq!(text, "version: 0\ntopic_id: first-id\n");
+    let log_dirs = LogDirs::open(&dirs);
+    run(async move {
+        let manager = LogManager::new(0, log_dirs, LogManagerConfig::default());
+        // Same topic: the data is there.
+        let same = manager
+            .get_or_create_log(&tp, std::rc::Rc::new(config()), "first-id")
+            .await
+            .unwrap();
+        assert_eq!(same.log_end_offset(), 5);
+        manager.shutdown().await;
+        let manager = LogManager::new(0, manager.dirs().clone(), LogManagerConfig::default());
+        // A new topic under the old name starts empty.
+        let fresh = manager
+            .get_or_create_log(&tp, std::rc::Rc::new(config()), "second-id")
+            .await
+            .unwrap();
+        assert_eq!((fresh.log_start_offset(), fresh.log_end_offset()), (0, 0));
     });
 }

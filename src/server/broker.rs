@@ -14,7 +14,7 @@ use tracing::warn;
 use super::control::ControlClient;
 use super::fetch_session::FetchSessionCache;
 use crate::config::BrokerConfig;
-use crate::metadata::image::MetadataImage;
+use crate::metadata::image::{kafka_uuid_string, MetadataImage};
 use crate::protocol::error_code;
 
 pub struct ShardBroker {
@@ -113,6 +113,7 @@ impl ShardBroker {
         *self.image.borrow_mut() = image.clone();
         for topic in image.topics.values() {
             let config = Rc::new((*topic.log_config).clone());
+            let topic_id = kafka_uuid_string(&topic.id);
             for (index, partition) in topic.partitions.iter().enumerate() {
                 if partition.shard != Some(self.shard_id) {
                     continue;
@@ -127,7 +128,7 @@ impl ShardBroker {
                     }
                     None => match self
                         .log_manager
-                        .get_or_create_log(&tp, config.clone())
+                        .get_or_create_log(&tp, config.clone(), &topic_id)
                         .await
                     {
                         Ok(log) => log,

@@ -10,7 +10,11 @@ use std::time::Duration;
 use tracing::warn;
 
 use super::checkpoint::run_blocking;
+use super::log::DELETE_DIR_SUFFIX;
 use super::log_dirs::{LogDirs, PartitionCheckpoint};
+
+/// Kafka's per-partition file naming the topic id the directory belongs to.
+pub const PARTITION_METADATA_FILE: &str = "partition.metadata";
 use super::{wall_clock_ms, Log, LogConfig, LogError, LogOpenParams, TopicPartition};
 
 type PeriodicWork = std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>;
@@ -78,19 +82,41 @@ impl LogManager {
 
     /// Opens the partition's log where it lives, or creates it in the directory
     /// with the fewest partitions.
+    /// `topic_id` is Kafka's text form of the topic's id, kept in the
+    /// partition directory's `partition.metadata`: a directory left by an earlier
+    /// topic of the same name (deleted while this broker was down) is not this
+    /// topic's, and is removed instead of served.
     pub async fn get_or_create_log(
         &self,
         tp: &TopicPartition,
         log_config: Rc<LogConfig>,
+        topic_id: &str,
     ) -> Result<Rc<Log>, LogError> {
         if let Some(log) = self.get_log(tp) {
             return Ok(log);
         }
         let dir = self.dirs.assign_dir(tp)?;
-        let checkpoint = self.dirs.find(tp).map(|(_, c)| c).unwrap_or_default();
         let health = self.dirs.dirs()[dir].health.clone();
+        let partition_dir = self.dirs.partition_dir(dir, tp);
+        let metadata_path = partition_dir.join(PARTITION_METADATA_FILE);
+        let metadata = format!("version: 0\ntopic_id: {topic_id}\n");
+        let stale = std::fs::read_to_string(&metadata_path).is_ok_and(|text| text != metadata);
+        if stale {
+            warn!(partition = %tp, "the directory belongs to an earlier topic of this name; removing it");
+            let doomed = partition_dir
+                .with_file_name(format!("{tp}.{:x}{DELETE_DIR_SUFFIX}", wall_clock_ms()));
+            let from = partition_dir.clone();
+            run_blocking(move || {
+                std::fs::rename(&from, &doomed)?;
+                std::fs::remove_dir_all(&doomed)
+            })
+            .await
+            .map_err(|error| health.on_error(error.into()))?;
+            self.dirs.update(tp, PartitionCheckpoint::default());
+        }
+        let checkpoint = self.dirs.find(tp).map(|(_, c)| c).unwrap_or_default();
         let log = Log::open(LogOpenParams {
-            dir: self.dirs.partition_dir(dir, tp),
+            dir: partition_dir,
             topic_partition: tp.clone(),
             config: log_config,
             recovery_point: checkpoint.recovery_point,
@@ -102,6 +128,12 @@ impl LogManager {
         .await?;
         if let Some(first_dirty) = checkpoint.first_dirty_offset {
             log.set_first_dirty_offset(first_dirty);
+        }
+        if stale || !metadata_path.exists() {
+            let health = log.health().clone();
+            run_blocking(move || std::fs::write(metadata_path, metadata))
+                .await
+                .map_err(|error| health.on_error(error.into()))?;
         }
         let log = Rc::new(log);
         // Another task may have opened it meanwhile; keep the first.
