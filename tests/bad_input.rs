@@ -30,9 +30,12 @@ fn still_served(client: &mut Client) {
 /// Sends raw bytes on a fresh connection and expects the broker to hang up.
 fn expect_closed(broker: &Broker, bytes: &[u8], half_close: bool) {
     let mut client = Client::connect(&broker.address());
-    client.send_frame(bytes).unwrap();
+    // The broker may hang up before all of it is sent: that is the answer too.
+    if client.send_frame(bytes).is_err() {
+        return;
+    }
     if half_close {
-        client.stream.shutdown(std::net::Shutdown::Write).unwrap();
+        let _ = client.stream.shutdown(std::net::Shutdown::Write);
     }
     assert!(
         client.read_frame().is_err(),
