@@ -27,6 +27,7 @@ const BROKER_KEYS: &[&str] = &[
     "socket.request.max.bytes",
     "max.incremental.fetch.session.cache.slots",
     "fetch.max.bytes",
+    "connections.max.idle.ms",
     "ringbroker.cores",
 ];
 
@@ -74,6 +75,7 @@ pub struct BrokerConfig {
     pub socket_request_max_bytes: usize,
     pub max_incremental_fetch_session_cache_slots: usize,
     pub fetch_max_bytes: usize,
+    pub connections_max_idle_ms: u64,
     pub log_dirs: Vec<PathBuf>,
     pub cores: Vec<usize>,
     pub log_defaults: LogConfig,
@@ -272,6 +274,8 @@ impl BrokerConfig {
             })?,
             fetch_max_bytes: get("fetch.max.bytes")
                 .map_or(Ok(57_671_680), |v| parse("fetch.max.bytes", v))?,
+            connections_max_idle_ms: get("connections.max.idle.ms")
+                .map_or(Ok(600_000), |v| parse("connections.max.idle.ms", v))?,
             log_dirs,
             cores,
             log_defaults,

@@ -178,3 +178,14 @@ fn bad_requests_get_kafkas_errors_or_a_closed_connection() {
         good.read_frame().expect("every pipelined request answered");
     }
 }
+
+#[test]
+fn idle_connections_are_closed_after_connections_max_idle_ms() {
+    let broker = Broker::start(&["connections.max.idle.ms=300"]);
+    let mut idle = Client::connect(&broker.address());
+    still_served(&mut idle);
+    std::thread::sleep(std::time::Duration::from_millis(1_000));
+    assert!(idle.read_frame().is_err(), "an idle connection stays open");
+    let mut fresh = Client::connect(&broker.address());
+    still_served(&mut fresh);
+}

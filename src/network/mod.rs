@@ -17,6 +17,8 @@ use tracing::{debug, info, warn};
 use crate::handlers::{handle_request, Outcome};
 use crate::server::broker::ShardBroker;
 
+/// How long the accept loop waits after a failed accept.
+const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(100);
 /// How often an idle connection looks for shutdown.
 const STOP_POLL_INTERVAL: Duration = Duration::from_millis(20);
 
@@ -59,7 +61,11 @@ pub async fn accept_loop(listener: TcpListener, broker: Rc<ShardBroker>, in_flig
                 })
                 .detach();
             }
-            Err(error) => warn!(%error, "accept failed"),
+            Err(error) => {
+                // Out of descriptors, say: back off instead of spinning.
+                warn!(%error, "accept failed");
+                glommio::timer::sleep(ACCEPT_ERROR_BACKOFF).await;
+            }
         }
     }
 }
@@ -79,16 +85,19 @@ async fn serve_connection(
 ) -> Result<(), String> {
     stream.set_nodelay(true).map_err(|e| e.to_string())?;
     let max_request_bytes = broker.config.socket_request_max_bytes;
+    let idle_timeout = Duration::from_millis(broker.config.connections_max_idle_ms);
     loop {
         let mut size = [0u8; 4];
         let next =
             futures_lite::future::or(async { Some(stream.read_exact(&mut size).await) }, async {
-                in_flight.stopped().await;
+                // Shutting down, or idle past `connections.max.idle.ms`.
+                futures_lite::future::or(in_flight.stopped(), glommio::timer::sleep(idle_timeout))
+                    .await;
                 None
             })
             .await;
         match next {
-            // Shutting down between requests.
+            // Shutting down or idle between requests: close quietly, as Kafka does.
             None => return Ok(()),
             Some(Ok(())) => {}
             // A client hanging up between requests is the normal end.
