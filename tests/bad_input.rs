@@ -5,15 +5,10 @@ mod common;
 
 use std::io::Write;
 
-use bytes::Bytes;
 use common::{Broker, Client};
-use kafka_protocol::messages::create_topics_request::CreatableTopic;
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, ApiVersionsResponse, CreateTopicsRequest, CreateTopicsResponse,
-    MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse, TopicName,
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse,
 };
-use kafka_protocol::protocol::StrBytes;
 use shards::log::record_batch::{RecordBatchBuilder, CRC_OFFSET};
 
 fn still_served(client: &mut Client) {
@@ -44,16 +39,10 @@ fn expect_closed(broker: &Broker, bytes: &[u8], half_close: bool) {
 }
 
 fn produce(client: &mut Client, topic: &str, partition: i32, records: Vec<u8>) -> i16 {
-    let request = ProduceRequest::default()
-        .with_acks(-1)
-        .with_timeout_ms(5_000)
-        .with_topic_data(vec![TopicProduceData::default()
-            .with_name(TopicName(StrBytes::from_string(topic.into())))
-            .with_partition_data(vec![PartitionProduceData::default()
-                .with_index(partition)
-                .with_records(Some(Bytes::from(records)))])]);
-    let response: ProduceResponse = client.call(ApiKey::Produce, 9, &request).unwrap();
-    response.responses[0].partition_responses[0].error_code
+    client
+        .produce(topic, partition, records)
+        .unwrap()
+        .error_code
 }
 
 fn batch() -> Vec<u8> {
@@ -125,19 +114,7 @@ fn bad_requests_get_kafkas_errors_or_a_closed_connection() {
     still_served(&mut good);
 
     // A produce with a wrong CRC is refused with CORRUPT_MESSAGE and not written.
-    let created: CreateTopicsResponse = good
-        .call(
-            ApiKey::CreateTopics,
-            7,
-            &CreateTopicsRequest::default()
-                .with_timeout_ms(5_000)
-                .with_topics(vec![CreatableTopic::default()
-                    .with_name(TopicName(StrBytes::from_static_str("target")))
-                    .with_num_partitions(2)
-                    .with_replication_factor(1)]),
-        )
-        .unwrap();
-    assert_eq!(created.topics[0].error_code, 0);
+    good.create_topic("target", 2);
     let mut corrupt = batch();
     corrupt[CRC_OFFSET] ^= 0xff;
     assert_eq!(

@@ -8,15 +8,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::Bytes;
 use common::{Broker, Client};
-use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::{
-    ApiKey, CreateTopicsRequest, CreateTopicsResponse, FetchRequest, FetchResponse, ProduceRequest,
-    ProduceResponse, TopicName,
-};
+use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use shards::log::record_batch::{BatchIter, RecordBatchBuilder, RecordIter, RECORD_BATCH_OVERHEAD};
 
@@ -76,19 +70,7 @@ fn fetch_all(client: &mut Client, partition: i32) -> Vec<(i64, String)> {
 fn acknowledged_records_survive_kill_9() {
     let mut broker = Broker::start(&[]);
     let mut admin = Client::connect(&broker.address());
-    let created: CreateTopicsResponse = admin
-        .call(
-            ApiKey::CreateTopics,
-            7,
-            &CreateTopicsRequest::default()
-                .with_timeout_ms(5_000)
-                .with_topics(vec![CreatableTopic::default()
-                    .with_name(topic())
-                    .with_num_partitions(PARTITIONS)
-                    .with_replication_factor(1)]),
-        )
-        .unwrap();
-    assert_eq!(created.topics[0].error_code, 0);
+    admin.create_topic("stream", PARTITIONS);
 
     let acked: Arc<Mutex<Acknowledged>> = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
@@ -109,19 +91,9 @@ fn acknowledged_records_survive_kill_9() {
                         Some(&[7u8; 200]),
                     );
                 }
-                let request = ProduceRequest::default()
-                    .with_acks(-1)
-                    .with_timeout_ms(5_000)
-                    .with_topic_data(vec![TopicProduceData::default()
-                        .with_name(topic())
-                        .with_partition_data(vec![PartitionProduceData::default()
-                            .with_index(partition)
-                            .with_records(Some(Bytes::from(builder.build())))])]);
-                let Ok(response) = client.call::<_, ProduceResponse>(ApiKey::Produce, 9, &request)
-                else {
+                let Ok(result) = client.produce("stream", partition, builder.build()) else {
                     return; // the broker died: nothing after this was acknowledged
                 };
-                let result = &response.responses[0].partition_responses[0];
                 assert_eq!(result.error_code, 0);
                 acked
                     .lock()

@@ -2,15 +2,9 @@
 
 mod common;
 
-use bytes::Bytes;
 use common::{Broker, Client};
-use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::{
-    ApiKey, CreateTopicsRequest, CreateTopicsResponse, FetchRequest, FetchResponse, ProduceRequest,
-    ProduceResponse, TopicName,
-};
+use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use shards::log::record_batch::RecordBatchBuilder;
 
@@ -51,16 +45,13 @@ fn fetch(
 fn produce(client: &mut Client, partition: i32) {
     let mut builder = RecordBatchBuilder::new(0, shards::log::wall_clock_ms());
     builder.append(shards::log::wall_clock_ms(), Some(b"k"), Some(b"v"));
-    let request = ProduceRequest::default()
-        .with_acks(-1)
-        .with_timeout_ms(5_000)
-        .with_topic_data(vec![TopicProduceData::default()
-            .with_name(topic())
-            .with_partition_data(vec![PartitionProduceData::default()
-                .with_index(partition)
-                .with_records(Some(Bytes::from(builder.build())))])]);
-    let response: ProduceResponse = client.call(ApiKey::Produce, 9, &request).unwrap();
-    assert_eq!(response.responses[0].partition_responses[0].error_code, 0);
+    assert_eq!(
+        client
+            .produce("sessions", partition, builder.build())
+            .unwrap()
+            .error_code,
+        0
+    );
 }
 
 fn answered(response: &FetchResponse) -> Vec<i32> {
@@ -75,19 +66,7 @@ fn answered(response: &FetchResponse) -> Vec<i32> {
 fn sessions_send_only_what_changed() {
     let broker = Broker::start(&[]);
     let mut client = Client::connect(&broker.address());
-    let created: CreateTopicsResponse = client
-        .call(
-            ApiKey::CreateTopics,
-            7,
-            &CreateTopicsRequest::default()
-                .with_timeout_ms(5_000)
-                .with_topics(vec![CreatableTopic::default()
-                    .with_name(topic())
-                    .with_num_partitions(3)
-                    .with_replication_factor(1)]),
-        )
-        .unwrap();
-    assert_eq!(created.topics[0].error_code, 0);
+    client.create_topic("sessions", 3);
     produce(&mut client, 0);
 
     // Opening a session: a full answer and a session id.

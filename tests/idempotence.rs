@@ -4,13 +4,11 @@
 
 mod common;
 
-use bytes::Bytes;
 use common::{Broker, Client};
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::produce_response::PartitionProduceResponse;
 use kafka_protocol::messages::{
     ApiKey, InitProducerIdRequest, InitProducerIdResponse, MetadataRequest, MetadataResponse,
-    ProduceRequest, ProduceResponse, ProducerId, TopicName,
+    ProducerId, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use shards::log::record_batch::RecordBatchBuilder;
@@ -33,16 +31,7 @@ fn produce(
             Some(b"v"),
         );
     }
-    let request = ProduceRequest::default()
-        .with_acks(-1)
-        .with_timeout_ms(5_000)
-        .with_topic_data(vec![TopicProduceData::default()
-            .with_name(TopicName(StrBytes::from_static_str("idem")))
-            .with_partition_data(vec![PartitionProduceData::default()
-                .with_index(0)
-                .with_records(Some(Bytes::from(builder.build())))])]);
-    let response: ProduceResponse = client.call(ApiKey::Produce, 9, &request).unwrap();
-    response.responses[0].partition_responses[0].clone()
+    client.produce("idem", 0, builder.build()).unwrap()
 }
 
 #[test]

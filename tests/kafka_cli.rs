@@ -95,56 +95,21 @@ fn kafka_topics_and_kafka_configs() {
     let described = kafka_tool(TOPICS, &with(&["--describe", "--topic", "cli"]), None);
     assert!(described.contains("PartitionCount: 5"), "{described}");
 
-    kafka_tool(
-        CONFIGS,
-        &with(&[
-            "--entity-type",
-            "topics",
-            "--entity-name",
-            "cli",
-            "--alter",
-            "--add-config",
-            "cleanup.policy=compact,retention.bytes=1048576",
-        ]),
-        None,
-    );
-    let configs = kafka_tool(
-        CONFIGS,
-        &with(&[
-            "--entity-type",
-            "topics",
-            "--entity-name",
-            "cli",
-            "--describe",
-        ]),
-        None,
-    );
+    let topic_configs = |action: &[&'static str]| {
+        let mut args = vec!["--entity-type", "topics", "--entity-name", "cli"];
+        args.extend_from_slice(action);
+        kafka_tool(CONFIGS, &with(&args), None)
+    };
+    topic_configs(&[
+        "--alter",
+        "--add-config",
+        "cleanup.policy=compact,retention.bytes=1048576",
+    ]);
+    let configs = topic_configs(&["--describe"]);
     assert!(configs.contains("cleanup.policy=compact"), "{configs}");
     assert!(configs.contains("retention.bytes=1048576"), "{configs}");
-    kafka_tool(
-        CONFIGS,
-        &with(&[
-            "--entity-type",
-            "topics",
-            "--entity-name",
-            "cli",
-            "--alter",
-            "--delete-config",
-            "retention.bytes",
-        ]),
-        None,
-    );
-    let configs = kafka_tool(
-        CONFIGS,
-        &with(&[
-            "--entity-type",
-            "topics",
-            "--entity-name",
-            "cli",
-            "--describe",
-        ]),
-        None,
-    );
+    topic_configs(&["--alter", "--delete-config", "retention.bytes"]);
+    let configs = topic_configs(&["--describe"]);
     assert!(!configs.contains("retention.bytes=1048576"), "{configs}");
 
     let dirs = kafka_tool(

@@ -27,10 +27,12 @@ pub struct ShardBroker {
     pub fetch_sessions: RefCell<FetchSessionCache>,
 }
 
-/// Where a partition is served from, or why it cannot be.
-pub enum Route {
-    Shard(usize),
-    Error(i16),
+/// A partition this broker leads: the shard that owns it and what an append
+/// needs from the image, read once on the shard the request arrived on.
+pub struct Leader {
+    pub shard: usize,
+    pub leader_epoch: i32,
+    pub isr_size: usize,
 }
 
 /// One partition's produce outcome.
@@ -160,18 +162,20 @@ impl ShardBroker {
     }
 
     /// Which shard serves `topic`/`partition` as leader on this broker.
-    pub fn route(&self, topic: &str, partition: i32) -> Route {
+    /// The partition's leader on this broker, or Kafka's error for why not.
+    pub fn route(&self, topic: &str, partition: i32) -> Result<Leader, i16> {
         let image = self.image.borrow();
-        match image.partition(topic, partition) {
-            None => Route::Error(error_code::UNKNOWN_TOPIC_OR_PARTITION),
-            Some(p) if p.leader != self.config.broker_id => {
-                Route::Error(error_code::NOT_LEADER_OR_FOLLOWER)
-            }
-            Some(p) => match p.shard {
-                Some(shard) => Route::Shard(shard),
-                None => Route::Error(error_code::LEADER_NOT_AVAILABLE),
-            },
+        let p = image
+            .partition(topic, partition)
+            .ok_or(error_code::UNKNOWN_TOPIC_OR_PARTITION)?;
+        if p.leader != self.config.broker_id {
+            return Err(error_code::NOT_LEADER_OR_FOLLOWER);
         }
+        Ok(Leader {
+            shard: p.shard.ok_or(error_code::LEADER_NOT_AVAILABLE)?,
+            leader_epoch: p.leader_epoch,
+            isr_size: p.isr.len(),
+        })
     }
 
     /// Appends a produced batch on the owning shard.
@@ -182,22 +186,24 @@ impl ShardBroker {
         records: Bytes,
         required_acks: i16,
     ) -> AppendResult {
-        let shard = match self.route(topic, partition) {
-            Route::Shard(shard) => shard,
-            Route::Error(code) => return AppendResult::error(code, None),
+        let leader = match self.route(topic, partition) {
+            Ok(leader) => leader,
+            Err(code) => return AppendResult::error(code, None),
         };
-        let leader_epoch = self
-            .image()
-            .partition(topic, partition)
-            .map_or(0, |p| p.leader_epoch);
+        if required_acks == -1 && (leader.isr_size as i32) < self.config.min_insync_replicas {
+            return AppendResult::error(error_code::NOT_ENOUGH_REPLICAS, None);
+        }
         let tp = TopicPartition::new(topic, partition);
+        let leader_epoch = leader.leader_epoch;
         let outcome = self
             .mesh()
-            .invoke_on(shard, self, move |broker: Rc<ShardBroker>| async move {
-                broker
-                    .append_local(&tp, records, leader_epoch, required_acks)
-                    .await
-            })
+            .invoke_on(
+                leader.shard,
+                self,
+                move |broker: Rc<ShardBroker>| async move {
+                    broker.append_local(&tp, records, leader_epoch).await
+                },
+            )
             .await;
         outcome.unwrap_or_else(|_| AppendResult::error(error_code::NOT_LEADER_OR_FOLLOWER, None))
     }
@@ -207,18 +213,11 @@ impl ShardBroker {
         tp: &TopicPartition,
         records: Bytes,
         leader_epoch: i32,
-        required_acks: i16,
     ) -> AppendResult {
         let Some(log) = self.log_manager.get_log(tp) else {
             return AppendResult::error(error_code::NOT_LEADER_OR_FOLLOWER, None);
         };
-        let isr = self
-            .image()
-            .partition(&tp.topic, tp.partition)
-            .map_or(1, |p| p.isr.len());
-        if required_acks == -1 && (isr as i32) < self.config.min_insync_replicas {
-            return AppendResult::error(error_code::NOT_ENOUGH_REPLICAS, None);
-        }
+        // The one copy on the produce path: glommio writes from an owned buffer.
         match log
             .append_as_leader(records.to_vec(), leader_epoch, shards::log::wall_clock_ms())
             .await
@@ -248,8 +247,8 @@ impl ShardBroker {
         min_one_batch: bool,
     ) -> ReadResult {
         let shard = match self.route(topic, partition) {
-            Route::Shard(shard) => shard,
-            Route::Error(code) => return ReadResult::error(code),
+            Ok(leader) => leader.shard,
+            Err(code) => return ReadResult::error(code),
         };
         let tp = TopicPartition::new(topic, partition);
         let outcome = self
@@ -309,10 +308,7 @@ impl ShardBroker {
         partition: i32,
         timestamp: i64,
     ) -> Result<(i64, i64, i32), i16> {
-        let shard = match self.route(topic, partition) {
-            Route::Shard(shard) => shard,
-            Route::Error(code) => return Err(code),
-        };
+        let shard = self.route(topic, partition)?.shard;
         let tp = TopicPartition::new(topic, partition);
         self.mesh()
             .invoke_on(shard, self, move |broker: Rc<ShardBroker>| async move {

@@ -10,7 +10,13 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
+use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::produce_response::PartitionProduceResponse;
+use kafka_protocol::messages::{
+    ApiKey, CreateTopicsRequest, CreateTopicsResponse, ProduceRequest, ProduceResponse,
+    RequestHeader, ResponseHeader, TopicName,
+};
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
 /// How long a broker may take to accept connections.
@@ -233,5 +239,36 @@ impl Client {
         let body = Resp::decode(&mut response, version).unwrap();
         assert!(!response.has_remaining(), "trailing bytes in the response");
         Ok(body)
+    }
+
+    /// Produces one batch with acks=all; Err when the connection is gone.
+    pub fn produce(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        batch: Vec<u8>,
+    ) -> std::io::Result<PartitionProduceResponse> {
+        let request = ProduceRequest::default()
+            .with_acks(-1)
+            .with_timeout_ms(5_000)
+            .with_topic_data(vec![TopicProduceData::default()
+                .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
+                .with_partition_data(vec![PartitionProduceData::default()
+                    .with_index(partition)
+                    .with_records(Some(Bytes::from(batch)))])]);
+        let response: ProduceResponse = self.call(ApiKey::Produce, 9, &request)?;
+        Ok(response.responses[0].partition_responses[0].clone())
+    }
+
+    /// Creates a topic (replication factor 1) and checks that it was created.
+    pub fn create_topic(&mut self, topic: &str, partitions: i32) {
+        let request = CreateTopicsRequest::default()
+            .with_timeout_ms(5_000)
+            .with_topics(vec![CreatableTopic::default()
+                .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
+                .with_num_partitions(partitions)
+                .with_replication_factor(1)]);
+        let created: CreateTopicsResponse = self.call(ApiKey::CreateTopics, 7, &request).unwrap();
+        assert_eq!(created.topics[0].error_code, 0, "creating {topic}");
     }
 }

@@ -78,21 +78,16 @@ impl fmt::Display for TopicPartition {
     }
 }
 
-/// What an append did, for the produce response.
+/// What an append did, for the produce response. For an idempotent
+/// producer's retry of a batch already in the log nothing is written and the
+/// offsets are the original batch's.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogAppendInfo {
     pub first_offset: i64,
     pub last_offset: i64,
-    pub max_timestamp: i64,
     /// The broker's time for LogAppendTime topics, -1 otherwise.
     pub log_append_time_ms: i64,
     pub log_start_offset: i64,
-    pub records_count: i64,
-    /// The batch as written (offsets and broker timestamps stamped).
-    pub batch: RecordBatchHeader,
-    /// An idempotent producer's retry of a batch already in the log: nothing
-    /// was written, `first_offset` is where the original went.
-    pub duplicate: bool,
 }
 
 /// The result of a read: at most one segment's byte range, whole batches.
@@ -377,9 +372,20 @@ impl Log {
         self.health.check()?;
         self.check_not_deleted()?;
         let config = self.config();
-        validate_for_append(&records, &config, now_ms)?;
+        let produced = validate_for_append(&records, &config, now_ms)?;
         let _permit = permit(&self.append_lock).await;
         self.check_not_deleted()?;
+        if let SequenceCheck::Duplicate { first_offset } =
+            self.producer_state.borrow().check(&produced)?
+        {
+            // A retry of a batch already written: acknowledge, write nothing.
+            return Ok(LogAppendInfo {
+                first_offset,
+                last_offset: first_offset + produced.last_offset_delta as i64,
+                log_append_time_ms: -1,
+                log_start_offset: self.log_start_offset(),
+            });
+        }
         let log_append_time_ms = match config.message_timestamp_type {
             TimestampPolicy::LogAppendTime => Some(now_ms),
             TimestampPolicy::CreateTime => None,
@@ -393,36 +399,8 @@ impl Log {
                 log_append_time_ms,
             },
         );
-        if let SequenceCheck::Duplicate { first_offset } = self
-            .producer_state
-            .borrow()
-            .check(&RecordBatchHeader::parse(&records)?)?
-        {
-            // A retry of a batch already written: acknowledge, write nothing.
-            return Ok(LogAppendInfo {
-                first_offset,
-                last_offset: first_offset,
-                max_timestamp: -1,
-                log_append_time_ms: -1,
-                log_start_offset: self.log_start_offset(),
-                records_count: 0,
-                batch: RecordBatchHeader::parse(&records)?,
-                duplicate: true,
-            });
-        }
         let header = RecordBatchHeader::parse(&records)?;
-        let batch = AppendedBatch {
-            position_in_buffer: 0,
-            header,
-        };
-        self.append_locked(
-            records,
-            &[batch],
-            header.max_timestamp,
-            header.last_offset(),
-            now_ms,
-        )
-        .await?;
+        self.append_locked(records, &header, now_ms).await?;
         self.producer_state.borrow_mut().update(&header);
         let epoch_changed = self
             .leader_epoch_cache
@@ -431,30 +409,23 @@ impl Log {
         if epoch_changed {
             self.write_leader_epoch_checkpoint().await?;
         }
-        let records_count = header.next_offset() - first_offset;
         self.unflushed_messages
-            .set(self.unflushed_messages.get() + records_count);
+            .set(self.unflushed_messages.get() + header.next_offset() - first_offset);
         if self.unflushed_messages.get() >= config.flush_messages {
             self.flush().await?;
         }
         Ok(LogAppendInfo {
             first_offset,
             last_offset: header.last_offset(),
-            max_timestamp: header.max_timestamp,
             log_append_time_ms: log_append_time_ms.unwrap_or(-1),
             log_start_offset: self.log_start_offset(),
-            records_count,
-            batch: header,
-            duplicate: false,
         })
     }
 
     async fn append_locked(
         &self,
         records: Vec<u8>,
-        batches: &[AppendedBatch],
-        max_timestamp: i64,
-        last_offset: i64,
+        header: &RecordBatchHeader,
         now_ms: i64,
     ) -> Result<(), LogError> {
         let config = self.config();
@@ -462,18 +433,21 @@ impl Log {
         if active.should_roll(
             &config,
             records.len() as u64,
-            max_timestamp,
-            last_offset,
+            header.max_timestamp,
+            header.last_offset(),
             now_ms,
         ) {
             active = self.roll_locked(now_ms).await?;
         }
-        let next_offset = batches.last().unwrap().header.next_offset();
+        let batch = AppendedBatch {
+            position_in_buffer: 0,
+            header: *header,
+        };
         active
-            .append(records, batches)
+            .append(records, &[batch])
             .await
             .map_err(|error| self.health.on_error(error.into()))?;
-        self.log_end_offset.set(next_offset);
+        self.log_end_offset.set(header.next_offset());
         Ok(())
     }
 
