@@ -5,6 +5,8 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 
 use shards::log::{LogConfig, LogManagerConfig};
+
+use crate::coordinator::group::GroupConfig;
 use tracing::warn;
 
 /// Keys this broker understands beyond the topic defaults (`log.*`).
@@ -28,6 +30,17 @@ const BROKER_KEYS: &[&str] = &[
     "max.incremental.fetch.session.cache.slots",
     "fetch.max.bytes",
     "connections.max.idle.ms",
+    "offsets.topic.num.partitions",
+    "offsets.topic.replication.factor",
+    "offsets.topic.segment.bytes",
+    "offsets.retention.minutes",
+    "offsets.retention.check.interval.ms",
+    "offsets.load.buffer.size",
+    "offset.metadata.max.bytes",
+    "group.min.session.timeout.ms",
+    "group.max.session.timeout.ms",
+    "group.initial.rebalance.delay.ms",
+    "group.max.size",
     "ringbroker.cores",
 ];
 
@@ -76,6 +89,13 @@ pub struct BrokerConfig {
     pub max_incremental_fetch_session_cache_slots: usize,
     pub fetch_max_bytes: usize,
     pub connections_max_idle_ms: u64,
+    /// `offsets.topic.num.partitions`
+    pub offsets_topic_num_partitions: i32,
+    /// `offsets.topic.replication.factor`
+    pub offsets_topic_replication_factor: i16,
+    /// `offsets.topic.segment.bytes`
+    pub offsets_topic_segment_bytes: u64,
+    pub group: GroupConfig,
     pub log_dirs: Vec<PathBuf>,
     pub cores: Vec<usize>,
     pub log_defaults: LogConfig,
@@ -223,6 +243,53 @@ impl BrokerConfig {
                 defaults.cleaner_dedupe_buffer_bytes as u64,
             )? as usize,
         };
+        let group_defaults = GroupConfig::default();
+        let group = GroupConfig {
+            min_session_timeout_ms: number(
+                "group.min.session.timeout.ms",
+                group_defaults.min_session_timeout_ms as u64,
+            )? as i32,
+            max_session_timeout_ms: number(
+                "group.max.session.timeout.ms",
+                group_defaults.max_session_timeout_ms as u64,
+            )? as i32,
+            initial_rebalance_delay_ms: number(
+                "group.initial.rebalance.delay.ms",
+                group_defaults.initial_rebalance_delay_ms as u64,
+            )? as i64,
+            max_size: number("group.max.size", group_defaults.max_size as u64)? as usize,
+            offsets_retention_ms: number(
+                "offsets.retention.minutes",
+                (group_defaults.offsets_retention_ms / 60_000) as u64,
+            )? as i64
+                * 60_000,
+            offsets_retention_check_interval_ms: number(
+                "offsets.retention.check.interval.ms",
+                group_defaults.offsets_retention_check_interval_ms as u64,
+            )? as i64,
+            offset_metadata_max_bytes: number(
+                "offset.metadata.max.bytes",
+                group_defaults.offset_metadata_max_bytes as u64,
+            )? as usize,
+            load_buffer_bytes: number(
+                "offsets.load.buffer.size",
+                group_defaults.load_buffer_bytes as u64,
+            )?
+            .max(1) as usize,
+        };
+        if group.min_session_timeout_ms > group.max_session_timeout_ms {
+            return Err(ConfigError(
+                "invalid value for group.min.session.timeout.ms: above group.max.session.timeout.ms"
+                    .into(),
+            ));
+        }
+        let offsets_topic_num_partitions: i32 = get("offsets.topic.num.partitions")
+            .map_or(Ok(50), |v| parse("offsets.topic.num.partitions", v))?;
+        if offsets_topic_num_partitions < 1 {
+            return Err(ConfigError(
+                "invalid value for offsets.topic.num.partitions: must be at least 1".into(),
+            ));
+        }
         let (listen_host, listen_port) =
             parse_listener("listeners", get("listeners").unwrap_or("PLAINTEXT://:9092"))?;
         let listener = format!(
@@ -276,6 +343,11 @@ impl BrokerConfig {
                 .map_or(Ok(57_671_680), |v| parse("fetch.max.bytes", v))?,
             connections_max_idle_ms: get("connections.max.idle.ms")
                 .map_or(Ok(600_000), |v| parse("connections.max.idle.ms", v))?,
+            offsets_topic_num_partitions,
+            offsets_topic_replication_factor: get("offsets.topic.replication.factor")
+                .map_or(Ok(3), |v| parse("offsets.topic.replication.factor", v))?,
+            offsets_topic_segment_bytes: number("offsets.topic.segment.bytes", 104_857_600)?,
+            group,
             log_dirs,
             cores,
             log_defaults,

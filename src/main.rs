@@ -4,6 +4,7 @@
 mod allocator;
 mod config;
 mod controller;
+mod coordinator;
 mod handlers;
 mod metadata;
 mod network;

@@ -5,16 +5,27 @@ mod alter_configs;
 mod api_versions;
 mod create_partitions;
 mod create_topics;
+mod delete_groups;
 mod delete_topics;
 mod describe_cluster;
 mod describe_configs;
+mod describe_groups;
 mod describe_log_dirs;
 mod fetch;
+mod find_coordinator;
+mod heartbeat;
 mod init_producer_id;
+mod join_group;
+mod leave_group;
+mod list_groups;
 mod list_offsets;
 mod metadata;
+mod offset_commit;
+mod offset_delete;
+mod offset_fetch;
 mod produce;
 mod sasl_handshake;
+mod sync_group;
 
 use std::rc::Rc;
 
@@ -31,6 +42,15 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Fetch, 4, 18),
     (ApiKey::ListOffsets, 1, 10),
     (ApiKey::Metadata, 0, 13),
+    (ApiKey::OffsetCommit, 2, 9),
+    (ApiKey::OffsetFetch, 1, 9),
+    (ApiKey::FindCoordinator, 0, 6),
+    (ApiKey::JoinGroup, 0, 9),
+    (ApiKey::Heartbeat, 0, 4),
+    (ApiKey::LeaveGroup, 0, 5),
+    (ApiKey::SyncGroup, 0, 5),
+    (ApiKey::DescribeGroups, 0, 5),
+    (ApiKey::ListGroups, 0, 5),
     (ApiKey::ApiVersions, 0, 4),
     (ApiKey::SaslHandshake, 0, 1),
     (ApiKey::CreateTopics, 2, 7),
@@ -42,6 +62,8 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::DescribeCluster, 0, 2),
+    (ApiKey::DeleteGroups, 0, 2),
+    (ApiKey::OffsetDelete, 0, 0),
 ];
 
 /// Kafka's ConfigResource types.
@@ -59,6 +81,18 @@ pub fn supported_versions(api_key: ApiKey) -> Option<(i16, i16)> {
 pub struct RequestContext {
     pub broker: Rc<ShardBroker>,
     pub header: RequestHeader,
+    /// The peer as Kafka prints it (`/127.0.0.1`).
+    pub client_host: String,
+}
+
+impl RequestContext {
+    pub fn client_id(&self) -> String {
+        self.header
+            .client_id
+            .as_ref()
+            .map(|id| id.to_string())
+            .unwrap_or_default()
+    }
 }
 
 /// What to do after a request.
@@ -94,6 +128,7 @@ fn respond<T: kafka_protocol::protocol::Encodable>(
 /// Decodes one request frame, runs its handler, encodes the response.
 pub async fn handle_request(
     broker: &Rc<ShardBroker>,
+    client_host: &str,
     mut frame: Bytes,
 ) -> Result<Outcome, FrameError> {
     let (raw_key, version) = peek_api(&frame)?;
@@ -120,6 +155,7 @@ pub async fn handle_request(
     let ctx = RequestContext {
         broker: broker.clone(),
         header,
+        client_host: client_host.to_owned(),
     };
     match key {
         ApiKey::ApiVersions => serve!(ctx, frame, key, version, api_versions::handle),
@@ -145,6 +181,17 @@ pub async fn handle_request(
         ApiKey::DescribeLogDirs => serve!(ctx, frame, key, version, describe_log_dirs::handle),
         ApiKey::DescribeCluster => serve!(ctx, frame, key, version, describe_cluster::handle),
         ApiKey::SaslHandshake => serve!(ctx, frame, key, version, sasl_handshake::handle),
+        ApiKey::FindCoordinator => serve!(ctx, frame, key, version, find_coordinator::handle),
+        ApiKey::JoinGroup => serve!(ctx, frame, key, version, join_group::handle),
+        ApiKey::SyncGroup => serve!(ctx, frame, key, version, sync_group::handle),
+        ApiKey::Heartbeat => serve!(ctx, frame, key, version, heartbeat::handle),
+        ApiKey::LeaveGroup => serve!(ctx, frame, key, version, leave_group::handle),
+        ApiKey::OffsetCommit => serve!(ctx, frame, key, version, offset_commit::handle),
+        ApiKey::OffsetFetch => serve!(ctx, frame, key, version, offset_fetch::handle),
+        ApiKey::DescribeGroups => serve!(ctx, frame, key, version, describe_groups::handle),
+        ApiKey::ListGroups => serve!(ctx, frame, key, version, list_groups::handle),
+        ApiKey::DeleteGroups => serve!(ctx, frame, key, version, delete_groups::handle),
+        ApiKey::OffsetDelete => serve!(ctx, frame, key, version, offset_delete::handle),
         _ => Err(unsupported),
     }
 }
@@ -203,6 +250,17 @@ mod tests {
             CreatePartitions => CreatePartitionsRequest, CreatePartitionsResponse;
             IncrementalAlterConfigs => IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse;
             DescribeCluster => DescribeClusterRequest, DescribeClusterResponse;
+            OffsetCommit => OffsetCommitRequest, OffsetCommitResponse;
+            OffsetFetch => OffsetFetchRequest, OffsetFetchResponse;
+            FindCoordinator => FindCoordinatorRequest, FindCoordinatorResponse;
+            JoinGroup => JoinGroupRequest, JoinGroupResponse;
+            Heartbeat => HeartbeatRequest, HeartbeatResponse;
+            LeaveGroup => LeaveGroupRequest, LeaveGroupResponse;
+            SyncGroup => SyncGroupRequest, SyncGroupResponse;
+            DescribeGroups => DescribeGroupsRequest, DescribeGroupsResponse;
+            ListGroups => ListGroupsRequest, ListGroupsResponse;
+            DeleteGroups => DeleteGroupsRequest, DeleteGroupsResponse;
+            OffsetDelete => OffsetDeleteRequest, OffsetDeleteResponse;
         }
     }
 }

@@ -84,6 +84,10 @@ async fn serve_connection(
     in_flight: &InFlight,
 ) -> Result<(), String> {
     stream.set_nodelay(true).map_err(|e| e.to_string())?;
+    let client_host = stream
+        .peer_addr()
+        .map(|address| format!("/{}", address.ip()))
+        .unwrap_or_default();
     let max_request_bytes = broker.config.socket_request_max_bytes;
     let idle_timeout = Duration::from_millis(broker.config.connections_max_idle_ms);
     loop {
@@ -120,7 +124,7 @@ async fn serve_connection(
             .read_exact(&mut frame)
             .await
             .map_err(|e| format!("truncated request: {e}"))?;
-        let outcome = handle_request(broker, Bytes::from(frame)).await;
+        let outcome = handle_request(broker, &client_host, Bytes::from(frame)).await;
         match outcome {
             Ok(Outcome::Respond(response)) => stream
                 .write_all(&response)

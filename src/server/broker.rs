@@ -3,6 +3,7 @@
 //! the request handlers call, routed to the owning shard over the mesh.
 
 use std::cell::{OnceCell, RefCell};
+use std::future::Future;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -14,6 +15,7 @@ use tracing::warn;
 use super::control::ControlClient;
 use super::fetch_session::FetchSessionCache;
 use crate::config::BrokerConfig;
+use crate::coordinator::group::{partition_for, GroupCoordinator, GROUP_METADATA_TOPIC_NAME};
 use crate::metadata::image::{kafka_uuid_string, MetadataImage};
 use crate::protocol::error_code;
 
@@ -25,6 +27,8 @@ pub struct ShardBroker {
     image: RefCell<Arc<MetadataImage>>,
     mesh: OnceCell<ShardMesh<ShardBroker>>,
     pub fetch_sessions: RefCell<FetchSessionCache>,
+    /// The groups of the `__consumer_offsets` partitions this shard leads.
+    pub groups: Rc<GroupCoordinator>,
 }
 
 /// A partition this broker leads: the shard that owns it and what an append
@@ -86,9 +90,11 @@ impl ShardBroker {
                 .div_ceil(config.cores.len()),
             shard_id as i32 + 1,
         );
+        let groups = GroupCoordinator::new(config.group.clone(), log_manager.clone());
         Self {
             shard_id,
             config,
+            groups,
             log_manager,
             control,
             image: RefCell::new(image),
@@ -146,6 +152,22 @@ impl ShardBroker {
                 {
                     log.set_high_watermark(log.log_end_offset());
                 }
+                if topic.name == GROUP_METADATA_TOPIC_NAME
+                    && partition.leader == self.config.broker_id
+                {
+                    self.groups
+                        .on_partition_led(index as i32, partition.leader_epoch);
+                }
+            }
+        }
+        for led in self.groups.led_partitions() {
+            let still_led = image
+                .partition(GROUP_METADATA_TOPIC_NAME, led)
+                .is_some_and(|p| {
+                    p.shard == Some(self.shard_id) && p.leader == self.config.broker_id
+                });
+            if !still_led {
+                self.groups.on_partition_gone(led);
             }
         }
         for log in self.log_manager.logs() {
@@ -161,7 +183,43 @@ impl ShardBroker {
         }
     }
 
-    /// Which shard serves `topic`/`partition` as leader on this broker.
+    /// The `__consumer_offsets` partition holding `group_id`, and the shard
+    /// of this broker that leads it (and so coordinates the group).
+    pub fn group_coordinator_shard(&self, group_id: &str) -> Result<(i32, usize), i16> {
+        let image = self.image.borrow();
+        let topic = image
+            .topic(GROUP_METADATA_TOPIC_NAME)
+            .ok_or(error_code::COORDINATOR_NOT_AVAILABLE)?;
+        let partition = partition_for(group_id, topic.partitions.len() as i32);
+        let p = &topic.partitions[partition as usize];
+        if p.leader != self.config.broker_id {
+            return Err(error_code::NOT_COORDINATOR);
+        }
+        let shard = p.shard.ok_or(error_code::COORDINATOR_NOT_AVAILABLE)?;
+        Ok((partition, shard))
+    }
+
+    /// Runs `work` on the shard coordinating `group_id`, with that shard's
+    /// coordinator and the group's partition.
+    pub async fn on_group_coordinator<T, F, Fut>(
+        self: &Rc<Self>,
+        group_id: &str,
+        work: F,
+    ) -> Result<T, i16>
+    where
+        T: Send + 'static,
+        F: FnOnce(Rc<GroupCoordinator>, i32) -> Fut + Send + 'static,
+        Fut: Future<Output = T> + 'static,
+    {
+        let (partition, shard) = self.group_coordinator_shard(group_id)?;
+        self.mesh()
+            .invoke_on(shard, self, move |broker: Rc<ShardBroker>| {
+                work(broker.groups.clone(), partition)
+            })
+            .await
+            .map_err(|_| error_code::NOT_COORDINATOR)
+    }
+
     /// The partition's leader on this broker, or Kafka's error for why not.
     pub fn route(&self, topic: &str, partition: i32) -> Result<Leader, i16> {
         let image = self.image.borrow();

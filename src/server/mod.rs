@@ -117,6 +117,7 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
                 })
                 .detach();
                 log_manager.start_background_tasks();
+                broker.groups.start();
                 // Clients come in only once every shard serves its partitions.
                 glommio::executor()
                     .spawn_blocking(move || {
@@ -142,6 +143,8 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
                 }
                 acceptor.cancel().await;
                 in_flight.stop();
+                // Joins and syncs waiting on a rebalance are answered now.
+                broker.groups.shutdown();
                 let drain_deadline = Instant::now() + SHUTDOWN_DRAIN_TIMEOUT;
                 while in_flight.connections() > 0 && Instant::now() < drain_deadline {
                     glommio::timer::sleep(STOP_POLL_INTERVAL).await;

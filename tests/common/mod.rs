@@ -62,7 +62,7 @@ impl Broker {
         std::fs::write(
             &config,
             format!(
-                "broker.id=0\nlisteners=PLAINTEXT://127.0.0.1:{}\nlog.dirs={}\n",
+                "broker.id=0\nlisteners=PLAINTEXT://127.0.0.1:{}\nlog.dirs={}\noffsets.topic.replication.factor=1\n",
                 self.port,
                 self.data_dir.display()
             ),

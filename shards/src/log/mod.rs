@@ -18,6 +18,7 @@ mod segment;
 
 pub use checkpoint::{read_checkpoint_file, write_checkpoint_file};
 pub use cleaner::CleanerStats;
+pub use compression::decompress;
 pub use config::{CleanupPolicy, ConfigError, LogConfig, TimestampPolicy, TOPIC_CONFIG_NAMES};
 pub use error::LogError;
 pub use file::SegmentFile;

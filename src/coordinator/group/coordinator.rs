@@ -1,0 +1,1392 @@
+//! `GroupCoordinator`: one per shard, serving the groups whose
+//! `__consumer_offsets` partition that shard leads. Groups live in memory;
+//! every change that must survive (offset commits, a generation's members and
+//! assignment, deletions) is a record appended to that partition first, and a
+//! coordinator taking a partition over replays it.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_channel::oneshot;
+use kafka_protocol::messages::{
+    JoinGroupRequest, JoinGroupResponse, SyncGroupRequest, SyncGroupResponse,
+};
+use kafka_protocol::protocol::StrBytes;
+use shards::log::record_batch::{BatchIter, RecordBatchBuilder, RecordIter, RECORD_BATCH_OVERHEAD};
+use shards::log::{decompress, wall_clock_ms, LogManager, TopicPartition};
+use tracing::{info, warn};
+
+use super::group::{
+    join_error, sync_error, CommittedOffset, Group, GroupState, InitialDelay, Member,
+};
+use super::records::{GroupMetadataValue, OffsetCommitValue, RecordKey};
+use crate::protocol::error_code;
+
+pub const GROUP_METADATA_TOPIC_NAME: &str = "__consumer_offsets";
+
+/// How often deadlines (sessions, joins, initial delays) are looked at.
+const TICK_INTERVAL: Duration = Duration::from_millis(100);
+
+/// The group settings of `server.properties`, with Kafka's names and defaults.
+#[derive(Debug, Clone)]
+pub struct GroupConfig {
+    /// `group.min.session.timeout.ms`
+    pub min_session_timeout_ms: i32,
+    /// `group.max.session.timeout.ms`
+    pub max_session_timeout_ms: i32,
+    /// `group.initial.rebalance.delay.ms`
+    pub initial_rebalance_delay_ms: i64,
+    /// `group.max.size`
+    pub max_size: usize,
+    /// `offsets.retention.minutes`, in ms
+    pub offsets_retention_ms: i64,
+    /// `offsets.retention.check.interval.ms`
+    pub offsets_retention_check_interval_ms: i64,
+    /// `offset.metadata.max.bytes`
+    pub offset_metadata_max_bytes: usize,
+    /// `offsets.load.buffer.size`
+    pub load_buffer_bytes: usize,
+}
+
+impl Default for GroupConfig {
+    fn default() -> Self {
+        Self {
+            min_session_timeout_ms: 6_000,
+            max_session_timeout_ms: 1_800_000,
+            initial_rebalance_delay_ms: 3_000,
+            max_size: i32::MAX as usize,
+            offsets_retention_ms: 10_080 * 60_000,
+            offsets_retention_check_interval_ms: 600_000,
+            offset_metadata_max_bytes: 4096,
+            load_buffer_bytes: 5 * 1024 * 1024,
+        }
+    }
+}
+
+/// Kafka's `partitionFor`: Java's `String.hashCode` of the group id, made
+/// non-negative, modulo the partition count, so every Kafka client and tool
+/// agrees on where a group lives.
+pub fn partition_for(group_id: &str, partitions: i32) -> i32 {
+    assert!(partitions > 0);
+    let hash = group_id.encode_utf16().fold(0i32, |hash, unit| {
+        hash.wrapping_mul(31).wrapping_add(unit as i32)
+    });
+    (hash & 0x7fff_ffff) % partitions
+}
+
+/// One record for `__consumer_offsets`: a key and a value, None to delete.
+type OffsetsRecord = (Vec<u8>, Option<Vec<u8>>);
+
+struct OffsetsPartition {
+    loaded: bool,
+    leader_epoch: i32,
+}
+
+#[derive(Default)]
+struct CoordinatorState {
+    partitions: HashMap<i32, OffsetsPartition>,
+    groups: HashMap<String, Group>,
+    last_offsets_expiry_ms: i64,
+}
+
+impl CoordinatorState {
+    fn check_partition(&self, partition: i32) -> Result<(), i16> {
+        match self.partitions.get(&partition) {
+            None => Err(error_code::NOT_COORDINATOR),
+            Some(p) if !p.loaded => Err(error_code::COORDINATOR_LOAD_IN_PROGRESS),
+            Some(_) => Ok(()),
+        }
+    }
+}
+
+pub struct GroupCoordinator {
+    config: GroupConfig,
+    log_manager: Rc<LogManager>,
+    state: RefCell<CoordinatorState>,
+}
+
+/// What a member learns about one partition's committed offset.
+pub struct FetchedOffset {
+    pub offset: i64,
+    pub leader_epoch: i32,
+    pub metadata: String,
+}
+
+/// A group as DescribeGroups and ListGroups show it.
+pub struct GroupSummary {
+    pub group_id: String,
+    pub state: GroupState,
+    pub protocol_type: String,
+    pub protocol: String,
+    pub members: Vec<MemberSummary>,
+}
+
+pub struct MemberSummary {
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub metadata: Bytes,
+    pub assignment: Bytes,
+}
+
+/// What a joining member asks for, decoded once by the handler.
+pub struct JoinParams {
+    pub version: i16,
+    pub client_id: String,
+    pub client_host: String,
+    pub request: JoinGroupRequest,
+}
+
+/// One member named in a LeaveGroup.
+pub struct LeavingMember {
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+}
+
+/// An OffsetCommit's group fields and partitions.
+pub struct CommitParams {
+    pub generation_id: i32,
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    /// -1: `offsets.retention.minutes` from when the group empties (KIP-211).
+    pub retention_time_ms: i64,
+    pub offsets: Vec<OffsetToCommit>,
+}
+
+pub struct OffsetToCommit {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub leader_epoch: i32,
+    pub metadata: Option<String>,
+}
+
+/// Committed offsets by (topic, partition), as OffsetFetch returns them.
+pub type FetchedOffsets = Vec<((String, i32), FetchedOffset)>;
+
+/// How a join goes on: answered now, or when the join phase ends.
+enum JoinStep {
+    Answer(JoinGroupResponse),
+    Wait(oneshot::Receiver<JoinGroupResponse>),
+}
+
+impl GroupCoordinator {
+    pub fn new(config: GroupConfig, log_manager: Rc<LogManager>) -> Rc<Self> {
+        Rc::new(Self {
+            config,
+            log_manager,
+            state: RefCell::new(CoordinatorState::default()),
+        })
+    }
+
+    /// Starts the deadline ticker.
+    pub fn start(self: &Rc<Self>) {
+        let weak = Rc::downgrade(self);
+        glommio::spawn_local(async move {
+            loop {
+                glommio::timer::sleep(TICK_INTERVAL).await;
+                let Some(coordinator) = weak.upgrade() else {
+                    return;
+                };
+                coordinator.tick(wall_clock_ms());
+            }
+        })
+        .detach();
+    }
+
+    /// This shard now leads `partition` of `__consumer_offsets`: load it.
+    pub fn on_partition_led(self: &Rc<Self>, partition: i32, leader_epoch: i32) {
+        {
+            let mut state = self.state.borrow_mut();
+            if let Some(known) = state.partitions.get_mut(&partition) {
+                known.leader_epoch = leader_epoch;
+                return;
+            }
+            state.partitions.insert(
+                partition,
+                OffsetsPartition {
+                    loaded: false,
+                    leader_epoch,
+                },
+            );
+        }
+        let coordinator = self.clone();
+        glommio::spawn_local(async move { coordinator.load(partition).await }).detach();
+    }
+
+    /// This shard no longer leads `partition`: its groups go, and members
+    /// waiting on them are sent to find the new coordinator.
+    pub fn on_partition_gone(&self, partition: i32) {
+        let mut state = self.state.borrow_mut();
+        if state.partitions.remove(&partition).is_none() {
+            return;
+        }
+        let gone: Vec<String> = state
+            .groups
+            .values()
+            .filter(|g| g.partition == partition)
+            .map(|g| g.group_id.clone())
+            .collect();
+        for group_id in gone {
+            if let Some(mut group) = state.groups.remove(&group_id) {
+                fail_waiters(&mut group, error_code::NOT_COORDINATOR);
+            }
+        }
+    }
+
+    pub fn led_partitions(&self) -> Vec<i32> {
+        self.state.borrow().partitions.keys().copied().collect()
+    }
+
+    /// Shutdown: whoever waits on a join or sync is told to look elsewhere.
+    pub fn shutdown(&self) {
+        let partitions = self.led_partitions();
+        for partition in partitions {
+            self.on_partition_gone(partition);
+        }
+    }
+
+    fn offsets_log(&self, partition: i32) -> Option<Rc<shards::log::Log>> {
+        self.log_manager
+            .get_log(&TopicPartition::new(GROUP_METADATA_TOPIC_NAME, partition))
+    }
+
+    /// Replays the partition: the last record per key wins, a null value deletes.
+    async fn load(self: Rc<Self>, partition: i32) {
+        let started = std::time::Instant::now();
+        let mut offsets: HashMap<String, HashMap<(String, i32), CommittedOffset>> = HashMap::new();
+        let mut groups: HashMap<String, Option<GroupMetadataValue>> = HashMap::new();
+        let mut records = 0u64;
+        if let Some(log) = self.offsets_log(partition) {
+            let mut position = log.log_start_offset();
+            let end = log.high_watermark();
+            while position < end {
+                let chunk = match log
+                    .read(position, self.config.load_buffer_bytes, end, true)
+                    .await
+                {
+                    Ok(info) => match info.records {
+                        Some(slice) => match slice.read().await {
+                            Ok(bytes) => bytes,
+                            Err(error) => {
+                                warn!(partition, %error, "cannot read __consumer_offsets");
+                                break;
+                            }
+                        },
+                        None => break,
+                    },
+                    Err(error) => {
+                        warn!(partition, %error, "cannot read __consumer_offsets");
+                        break;
+                    }
+                };
+                let before = position;
+                for batch in BatchIter::new(&chunk) {
+                    let Ok((header, batch)) = batch else { break };
+                    position = header.next_offset();
+                    if header.is_control() {
+                        continue;
+                    }
+                    let section = match header
+                        .compression()
+                        .and_then(|codec| decompress(codec, &batch[RECORD_BATCH_OVERHEAD..]))
+                    {
+                        Ok(section) => section,
+                        Err(error) => {
+                            warn!(partition, %error, "skipping an unreadable batch");
+                            continue;
+                        }
+                    };
+                    for record in RecordIter::new(&section) {
+                        let Ok(record) = record else { break };
+                        records += 1;
+                        replay(record.key, record.value, &mut offsets, &mut groups);
+                    }
+                }
+                if position == before {
+                    break;
+                }
+            }
+        }
+        let now_ms = wall_clock_ms();
+        let mut state = self.state.borrow_mut();
+        let Some(known) = state.partitions.get_mut(&partition) else {
+            return; // unloaded while loading
+        };
+        known.loaded = true;
+        let mut loaded_groups = 0usize;
+        let names: Vec<String> = groups
+            .keys()
+            .chain(offsets.keys())
+            .cloned()
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        for group_id in names {
+            let mut group = match groups.remove(&group_id).flatten() {
+                Some(value) => Group::loaded(group_id.clone(), partition, value, now_ms),
+                None => Group::new(group_id.clone(), partition, now_ms),
+            };
+            group.offsets = offsets.remove(&group_id).unwrap_or_default();
+            state.groups.insert(group_id, group);
+            loaded_groups += 1;
+        }
+        info!(
+            partition,
+            records,
+            groups = loaded_groups,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "loaded __consumer_offsets partition"
+        );
+    }
+
+    /// Appends records to the group's partition of `__consumer_offsets`;
+    /// the error is the log's Kafka error code.
+    async fn append(&self, partition: i32, records: Vec<OffsetsRecord>) -> Result<(), i16> {
+        let leader_epoch = match self.state.borrow().partitions.get(&partition) {
+            Some(p) => p.leader_epoch,
+            None => return Err(error_code::NOT_COORDINATOR),
+        };
+        let log = self
+            .offsets_log(partition)
+            .ok_or(error_code::NOT_COORDINATOR)?;
+        let now_ms = wall_clock_ms();
+        let mut builder = RecordBatchBuilder::new(0, now_ms);
+        for (key, value) in &records {
+            builder.append(now_ms, Some(key), value.as_deref());
+        }
+        match log
+            .append_as_leader(builder.build(), leader_epoch, now_ms)
+            .await
+        {
+            Ok(_) => {
+                // This broker is the partition's whole ISR.
+                log.set_high_watermark(log.log_end_offset());
+                Ok(())
+            }
+            Err(error) => Err(error.kafka_error_code()),
+        }
+    }
+
+    /// Writes a group's metadata record, logging rather than failing: used
+    /// where Kafka also writes without anyone waiting (a group emptied).
+    fn spawn_store(self: &Rc<Self>, partition: i32, records: Vec<OffsetsRecord>) {
+        let coordinator = self.clone();
+        glommio::spawn_local(async move {
+            // glommio may poll a new task at once: let the caller, which holds
+            // the group state, finish first.
+            futures_lite::future::yield_now().await;
+            if let Err(code) = coordinator.append(partition, records).await {
+                warn!(partition, code, "cannot write group metadata");
+            }
+        })
+        .detach();
+    }
+
+    /// Ends a join phase that can end; an emptied group's new generation is
+    /// written, as Kafka writes it.
+    fn settle(self: &Rc<Self>, group: &mut Group, now_ms: i64) {
+        if group.join_can_complete(now_ms)
+            && group.complete_join(now_ms)
+            && group.is(GroupState::Empty)
+        {
+            let key = RecordKey::Group {
+                group: group.group_id.clone(),
+            };
+            self.spawn_store(
+                group.partition,
+                vec![(key.encode(), Some(group.metadata_value().encode()))],
+            );
+        }
+    }
+
+    fn remove_member_and_update(self: &Rc<Self>, group: &mut Group, member_id: &str, now_ms: i64) {
+        if group.remove_member(member_id).is_none() {
+            return;
+        }
+        match group.state {
+            GroupState::Stable | GroupState::CompletingRebalance => {
+                group.maybe_prepare_rebalance(self.config.initial_rebalance_delay_ms, now_ms)
+            }
+            GroupState::PreparingRebalance => self.settle(group, now_ms),
+            GroupState::Empty | GroupState::Dead => {}
+        }
+    }
+
+    fn tick(self: &Rc<Self>, now_ms: i64) {
+        let expire_offsets = now_ms - self.state.borrow().last_offsets_expiry_ms
+            >= self.config.offsets_retention_check_interval_ms;
+        let mut state = self.state.borrow_mut();
+        let mut emptied = Vec::new();
+        for group in state.groups.values_mut() {
+            group
+                .pending_members
+                .retain(|_, deadline| now_ms < *deadline);
+            let expired: Vec<String> = group
+                .members
+                .values()
+                .filter(|m| m.has_expired(now_ms))
+                .map(|m| m.member_id.clone())
+                .collect();
+            for member_id in expired {
+                info!(group = %group.group_id, member = %member_id, "member session expired");
+                self.remove_member_and_update(group, &member_id, now_ms);
+            }
+            if let Some(delay) = &group.initial_delay {
+                if now_ms >= delay.deadline_ms {
+                    group.initial_delay = if group.new_member_added && delay.remaining_ms > 0 {
+                        let next = self
+                            .config
+                            .initial_rebalance_delay_ms
+                            .min(delay.remaining_ms);
+                        group.new_member_added = false;
+                        Some(InitialDelay {
+                            deadline_ms: now_ms + next,
+                            remaining_ms: delay.remaining_ms - next,
+                        })
+                    } else {
+                        None
+                    };
+                }
+            }
+            self.settle(group, now_ms);
+            if expire_offsets {
+                let expired = group.expired_offsets(self.config.offsets_retention_ms, now_ms);
+                let mut records: Vec<OffsetsRecord> = Vec::new();
+                for (topic, partition) in expired {
+                    group.offsets.remove(&(topic.clone(), partition));
+                    let key = RecordKey::Offset {
+                        group: group.group_id.clone(),
+                        topic,
+                        partition,
+                    };
+                    records.push((key.encode(), None));
+                }
+                if group.is(GroupState::Empty) && group.offsets.is_empty() {
+                    let key = RecordKey::Group {
+                        group: group.group_id.clone(),
+                    };
+                    records.push((key.encode(), None));
+                    group.transition_to(GroupState::Dead, now_ms);
+                    emptied.push(group.group_id.clone());
+                }
+                if !records.is_empty() {
+                    info!(group = %group.group_id, records = records.len(), "expired offsets");
+                    self.spawn_store(group.partition, records);
+                }
+            }
+        }
+        for group_id in emptied {
+            state.groups.remove(&group_id);
+        }
+        if expire_offsets {
+            state.last_offsets_expiry_ms = now_ms;
+        }
+    }
+
+    pub async fn join_group(
+        self: &Rc<Self>,
+        partition: i32,
+        params: JoinParams,
+    ) -> JoinGroupResponse {
+        let answer = match self.join_group_now(partition, params) {
+            JoinStep::Wait(answer) => answer,
+            JoinStep::Answer(response) => return response,
+        };
+        answer
+            .await
+            .unwrap_or_else(|_| join_error(error_code::NOT_COORDINATOR, ""))
+    }
+
+    /// The synchronous part of a join: an immediate answer or the channel on
+    /// which the join phase's end will answer.
+    fn join_group_now(self: &Rc<Self>, partition: i32, params: JoinParams) -> JoinStep {
+        let JoinParams {
+            version,
+            client_id,
+            client_host,
+            request,
+        } = params;
+        let now_ms = wall_clock_ms();
+        let member_id = request.member_id.to_string();
+        let fail = |code: i16| JoinStep::Answer(join_error(code, &member_id));
+        let mut state = self.state.borrow_mut();
+        if let Err(code) = state.check_partition(partition) {
+            return fail(code);
+        }
+        let group_id = request.group_id.to_string();
+        if group_id.is_empty() {
+            return fail(error_code::INVALID_GROUP_ID);
+        }
+        let session_timeout_ms = request.session_timeout_ms;
+        if session_timeout_ms < self.config.min_session_timeout_ms
+            || session_timeout_ms > self.config.max_session_timeout_ms
+        {
+            return fail(error_code::INVALID_SESSION_TIMEOUT);
+        }
+        let rebalance_timeout_ms = if version == 0 {
+            session_timeout_ms
+        } else {
+            request.rebalance_timeout_ms
+        };
+        let instance = request.group_instance_id.as_ref().map(|i| i.to_string());
+        let protocol_type = request.protocol_type.to_string();
+        let protocols: Vec<(String, Bytes)> = request
+            .protocols
+            .iter()
+            .map(|p| (p.name.to_string(), p.metadata.clone()))
+            .collect();
+        if !state.groups.contains_key(&group_id) {
+            if !member_id.is_empty() {
+                return fail(error_code::UNKNOWN_MEMBER_ID);
+            }
+            state.groups.insert(
+                group_id.clone(),
+                Group::new(group_id.clone(), partition, now_ms),
+            );
+        }
+        let group = state.groups.get_mut(&group_id).expect("inserted above");
+        if group.is(GroupState::Dead) {
+            return fail(error_code::COORDINATOR_NOT_AVAILABLE);
+        }
+        let known = group.members.contains_key(&member_id);
+        if !known && !group.supports_protocols(&protocol_type, &protocols) {
+            return fail(error_code::INCONSISTENT_GROUP_PROTOCOL);
+        }
+        let (reply, answer) = oneshot::channel();
+        let new_member = |member_id: String| Member {
+            member_id,
+            group_instance_id: instance.clone(),
+            client_id: client_id.clone(),
+            client_host: client_host.clone(),
+            rebalance_timeout_ms,
+            session_timeout_ms,
+            protocols: protocols.clone(),
+            assignment: Bytes::new(),
+            awaiting_join: None,
+            awaiting_sync: None,
+            last_heartbeat_ms: now_ms,
+        };
+        if member_id.is_empty() || (!known && group.pending_members.contains_key(&member_id)) {
+            // A new member, or one coming back with the id MEMBER_ID_REQUIRED gave it.
+            if member_id.is_empty()
+                && group.members.len() + group.pending_members.len() >= self.config.max_size
+            {
+                return fail(error_code::GROUP_MAX_SIZE_REACHED);
+            }
+            let id = if member_id.is_empty() {
+                format!(
+                    "{}-{}",
+                    instance.as_deref().unwrap_or(&client_id),
+                    uuid::Uuid::new_v4()
+                )
+            } else {
+                member_id.clone()
+            };
+            if let Some(instance) = &instance {
+                if let Some(old_id) = group.static_members.get(instance).cloned() {
+                    return self.replace_static_member(
+                        group,
+                        &old_id,
+                        new_member(id),
+                        reply,
+                        answer,
+                        now_ms,
+                    );
+                }
+            } else if member_id.is_empty() && version >= 4 {
+                // KIP-394: the member learns its id first and joins with it.
+                group
+                    .pending_members
+                    .insert(id.clone(), now_ms + session_timeout_ms as i64);
+                return JoinStep::Answer(join_error(error_code::MEMBER_ID_REQUIRED, &id));
+            }
+            if group.members.is_empty() {
+                group.protocol_type = Some(protocol_type);
+            }
+            let mut member = new_member(id);
+            member.awaiting_join = Some(reply);
+            group.add_member(member);
+            group.new_member_added = true;
+            group.maybe_prepare_rebalance(self.config.initial_rebalance_delay_ms, now_ms);
+            self.settle(group, now_ms);
+            return JoinStep::Wait(answer);
+        }
+        if !known {
+            return fail(error_code::UNKNOWN_MEMBER_ID);
+        }
+        if group.is_static_member_fenced(&member_id, instance.as_deref()) {
+            return fail(error_code::FENCED_INSTANCE_ID);
+        }
+        if !group.supports_protocols(&protocol_type, &protocols) && group.members.len() > 1 {
+            return fail(error_code::INCONSISTENT_GROUP_PROTOCOL);
+        }
+        let is_leader = group.leader_id.as_deref() == Some(member_id.as_str());
+        let stable = group.is(GroupState::Stable);
+        let member = group.members.get_mut(&member_id).expect("known member");
+        let unchanged = member.protocols == protocols;
+        match group.state {
+            GroupState::CompletingRebalance | GroupState::Stable
+                if unchanged && !(stable && is_leader) =>
+            {
+                member.last_heartbeat_ms = now_ms;
+                JoinStep::Answer(group.current_join_response(&member_id))
+            }
+            GroupState::PreparingRebalance
+            | GroupState::CompletingRebalance
+            | GroupState::Stable => {
+                member.protocols = protocols;
+                member.rebalance_timeout_ms = rebalance_timeout_ms;
+                member.session_timeout_ms = session_timeout_ms;
+                member.awaiting_join = Some(reply);
+                group.maybe_prepare_rebalance(self.config.initial_rebalance_delay_ms, now_ms);
+                self.settle(group, now_ms);
+                JoinStep::Wait(answer)
+            }
+            GroupState::Empty | GroupState::Dead => fail(error_code::UNKNOWN_MEMBER_ID),
+        }
+    }
+
+    /// KIP-345: a static member rejoining without its member id takes over
+    /// its instance's slot; the old id is fenced. A stable group keeps its
+    /// assignment (no rebalance) unless the member changed its protocols or
+    /// leads the group.
+    fn replace_static_member(
+        self: &Rc<Self>,
+        group: &mut Group,
+        old_id: &str,
+        mut member: Member,
+        reply: oneshot::Sender<JoinGroupResponse>,
+        answer: oneshot::Receiver<JoinGroupResponse>,
+        now_ms: i64,
+    ) -> JoinStep {
+        let mut old = group
+            .members
+            .remove(old_id)
+            .expect("static members are members");
+        if let Some(waiting) = old.awaiting_join.take() {
+            let _ = waiting.send(join_error(error_code::FENCED_INSTANCE_ID, old_id));
+        }
+        if let Some(waiting) = old.awaiting_sync.take() {
+            let _ = waiting.send(sync_error(error_code::FENCED_INSTANCE_ID));
+        }
+        let new_id = member.member_id.clone();
+        let unchanged = old.protocols == member.protocols;
+        let was_leader = group.leader_id.as_deref() == Some(old_id);
+        member.assignment = old.assignment;
+        if was_leader {
+            group.leader_id = Some(new_id.clone());
+        }
+        if group.is(GroupState::Stable) && unchanged && !was_leader {
+            group.add_member(member);
+            let key = RecordKey::Group {
+                group: group.group_id.clone(),
+            };
+            self.spawn_store(
+                group.partition,
+                vec![(key.encode(), Some(group.metadata_value().encode()))],
+            );
+            return JoinStep::Answer(group.current_join_response(&new_id));
+        }
+        member.awaiting_join = Some(reply);
+        group.add_member(member);
+        group.maybe_prepare_rebalance(self.config.initial_rebalance_delay_ms, now_ms);
+        self.settle(group, now_ms);
+        JoinStep::Wait(answer)
+    }
+
+    pub async fn sync_group(
+        self: &Rc<Self>,
+        partition: i32,
+        request: SyncGroupRequest,
+    ) -> SyncGroupResponse {
+        let now_ms = wall_clock_ms();
+        let group_id = request.group_id.to_string();
+        let member_id = request.member_id.to_string();
+        let (answer, store) = {
+            let mut state = self.state.borrow_mut();
+            if let Err(code) = state.check_partition(partition) {
+                return sync_error(code);
+            }
+            let Some(group) = state.groups.get_mut(&group_id) else {
+                return sync_error(error_code::UNKNOWN_MEMBER_ID);
+            };
+            let instance = request.group_instance_id.as_ref().map(|i| i.to_string());
+            if group.is(GroupState::Dead) {
+                return sync_error(error_code::COORDINATOR_NOT_AVAILABLE);
+            }
+            if !group.members.contains_key(&member_id) {
+                return sync_error(error_code::UNKNOWN_MEMBER_ID);
+            }
+            if group.is_static_member_fenced(&member_id, instance.as_deref()) {
+                return sync_error(error_code::FENCED_INSTANCE_ID);
+            }
+            if request.generation_id != group.generation_id {
+                return sync_error(error_code::ILLEGAL_GENERATION);
+            }
+            let type_mismatch = request
+                .protocol_type
+                .as_ref()
+                .is_some_and(|t| group.protocol_type.as_deref() != Some(t.as_str()));
+            let name_mismatch = request
+                .protocol_name
+                .as_ref()
+                .is_some_and(|n| group.protocol_name.as_deref() != Some(n.as_str()));
+            if type_mismatch || name_mismatch {
+                return sync_error(error_code::INCONSISTENT_GROUP_PROTOCOL);
+            }
+            match group.state {
+                GroupState::Empty => return sync_error(error_code::UNKNOWN_MEMBER_ID),
+                GroupState::PreparingRebalance => {
+                    return sync_error(error_code::REBALANCE_IN_PROGRESS)
+                }
+                GroupState::Stable => {
+                    let member = group.members.get_mut(&member_id).expect("checked");
+                    member.last_heartbeat_ms = now_ms;
+                    return self.sync_response(group, &member_id);
+                }
+                GroupState::Dead => unreachable!("checked above"),
+                GroupState::CompletingRebalance => {}
+            }
+            let (reply, answer) = oneshot::channel();
+            let member = group.members.get_mut(&member_id).expect("checked");
+            member.awaiting_sync = Some(reply);
+            member.last_heartbeat_ms = now_ms;
+            let mut store = None;
+            if group.leader_id.as_deref() == Some(member_id.as_str()) {
+                let mut assignments: BTreeMap<String, Bytes> = request
+                    .assignments
+                    .into_iter()
+                    .map(|a| (a.member_id.to_string(), a.assignment))
+                    .collect();
+                let mut value = group.metadata_value();
+                for member in &mut value.members {
+                    member.assignment = assignments.remove(&member.member_id).unwrap_or_default();
+                }
+                store = Some((group.generation_id, value));
+            }
+            (answer, store)
+        };
+        if let Some((generation, value)) = store {
+            let key = RecordKey::Group {
+                group: group_id.clone(),
+            };
+            let stored = self
+                .append(partition, vec![(key.encode(), Some(value.encode()))])
+                .await;
+            let mut state = self.state.borrow_mut();
+            if let Some(group) = state.groups.get_mut(&group_id) {
+                // Only if no rebalance started meanwhile.
+                if group.is(GroupState::CompletingRebalance) && group.generation_id == generation {
+                    match stored {
+                        Ok(()) => {
+                            let assignments: HashMap<String, Bytes> = value
+                                .members
+                                .into_iter()
+                                .map(|m| (m.member_id, m.assignment))
+                                .collect();
+                            for member in group.members.values_mut() {
+                                member.assignment = assignments
+                                    .get(&member.member_id)
+                                    .cloned()
+                                    .unwrap_or_default();
+                            }
+                            group.transition_to(GroupState::Stable, wall_clock_ms());
+                            let protocol_type = group.protocol_type.clone();
+                            let protocol_name = group.protocol_name.clone();
+                            for member in group.members.values_mut() {
+                                if let Some(reply) = member.awaiting_sync.take() {
+                                    let _ = reply.send(
+                                        SyncGroupResponse::default()
+                                            .with_protocol_type(
+                                                protocol_type.clone().map(StrBytes::from_string),
+                                            )
+                                            .with_protocol_name(
+                                                protocol_name.clone().map(StrBytes::from_string),
+                                            )
+                                            .with_assignment(member.assignment.clone()),
+                                    );
+                                }
+                            }
+                        }
+                        Err(code) => {
+                            let code = store_error(code);
+                            for member in group.members.values_mut() {
+                                member.assignment = Bytes::new();
+                                if let Some(reply) = member.awaiting_sync.take() {
+                                    let _ = reply.send(sync_error(code));
+                                }
+                            }
+                            group.maybe_prepare_rebalance(
+                                self.config.initial_rebalance_delay_ms,
+                                wall_clock_ms(),
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        answer
+            .await
+            .unwrap_or_else(|_| sync_error(error_code::NOT_COORDINATOR))
+    }
+
+    fn sync_response(&self, group: &Group, member_id: &str) -> SyncGroupResponse {
+        SyncGroupResponse::default()
+            .with_protocol_type(group.protocol_type.clone().map(StrBytes::from_string))
+            .with_protocol_name(group.protocol_name.clone().map(StrBytes::from_string))
+            .with_assignment(
+                group
+                    .members
+                    .get(member_id)
+                    .map(|m| m.assignment.clone())
+                    .unwrap_or_default(),
+            )
+    }
+
+    pub fn heartbeat(
+        &self,
+        partition: i32,
+        group_id: &str,
+        member_id: &str,
+        group_instance_id: Option<&str>,
+        generation_id: i32,
+    ) -> i16 {
+        let mut state = self.state.borrow_mut();
+        if let Err(code) = state.check_partition(partition) {
+            return code;
+        }
+        let Some(group) = state.groups.get_mut(group_id) else {
+            return error_code::UNKNOWN_MEMBER_ID;
+        };
+        if group.is(GroupState::Dead) {
+            return error_code::COORDINATOR_NOT_AVAILABLE;
+        }
+        if group.is_static_member_fenced(member_id, group_instance_id) {
+            return error_code::FENCED_INSTANCE_ID;
+        }
+        let generation = group.generation_id;
+        let preparing = group.is(GroupState::PreparingRebalance);
+        let empty = group.is(GroupState::Empty);
+        let Some(member) = group.members.get_mut(member_id) else {
+            return error_code::UNKNOWN_MEMBER_ID;
+        };
+        if empty {
+            return error_code::UNKNOWN_MEMBER_ID;
+        }
+        if generation_id != generation {
+            return error_code::ILLEGAL_GENERATION;
+        }
+        member.last_heartbeat_ms = wall_clock_ms();
+        if preparing {
+            error_code::REBALANCE_IN_PROGRESS
+        } else {
+            error_code::NONE
+        }
+    }
+
+    /// LeaveGroup: the group-level error, and each member's.
+    pub fn leave_group(
+        self: &Rc<Self>,
+        partition: i32,
+        group_id: &str,
+        members: &[LeavingMember],
+    ) -> (i16, Vec<i16>) {
+        let now_ms = wall_clock_ms();
+        let mut state = self.state.borrow_mut();
+        if let Err(code) = state.check_partition(partition) {
+            return (code, Vec::new());
+        }
+        let Some(group) = state.groups.get_mut(group_id) else {
+            return (
+                error_code::NONE,
+                vec![error_code::UNKNOWN_MEMBER_ID; members.len()],
+            );
+        };
+        if group.is(GroupState::Dead) {
+            return (error_code::COORDINATOR_NOT_AVAILABLE, Vec::new());
+        }
+        let mut errors = Vec::with_capacity(members.len());
+        for leaving in members {
+            let code = match &leaving.group_instance_id {
+                Some(instance) => match group.static_members.get(instance).cloned() {
+                    None => error_code::UNKNOWN_MEMBER_ID,
+                    // An admin removing an instance names no member id.
+                    Some(known) if leaving.member_id.is_empty() || known == leaving.member_id => {
+                        self.remove_member_and_update(group, &known, now_ms);
+                        error_code::NONE
+                    }
+                    Some(_) => error_code::FENCED_INSTANCE_ID,
+                },
+                None if group.pending_members.remove(&leaving.member_id).is_some() => {
+                    self.settle(group, now_ms);
+                    error_code::NONE
+                }
+                None if group.members.contains_key(&leaving.member_id) => {
+                    self.remove_member_and_update(group, &leaving.member_id, now_ms);
+                    error_code::NONE
+                }
+                None => error_code::UNKNOWN_MEMBER_ID,
+            };
+            errors.push(code);
+        }
+        (error_code::NONE, errors)
+    }
+
+    /// OffsetCommit: one error per partition, in the request's order.
+    pub async fn commit_offsets(
+        self: &Rc<Self>,
+        partition: i32,
+        group_id: &str,
+        params: CommitParams,
+    ) -> Vec<i16> {
+        let now_ms = wall_clock_ms();
+        let count = params.offsets.len();
+        let mut errors = vec![error_code::NONE; count];
+        let mut records = Vec::new();
+        let mut committed = Vec::new();
+        {
+            let mut state = self.state.borrow_mut();
+            if let Err(code) = state.check_partition(partition) {
+                return vec![code; count];
+            }
+            if group_id.is_empty() {
+                return vec![error_code::INVALID_GROUP_ID; count];
+            }
+            let group = match state.groups.get_mut(group_id) {
+                Some(group) => group,
+                // A group not managed by the coordinator (assign() and commit).
+                None if params.generation_id < 0 => state
+                    .groups
+                    .entry(group_id.to_owned())
+                    .or_insert_with(|| Group::new(group_id.to_owned(), partition, now_ms)),
+                None => return vec![error_code::ILLEGAL_GENERATION; count],
+            };
+            let code = if group.is(GroupState::Dead) {
+                error_code::COORDINATOR_NOT_AVAILABLE
+            } else if group
+                .is_static_member_fenced(&params.member_id, params.group_instance_id.as_deref())
+            {
+                error_code::FENCED_INSTANCE_ID
+            } else if params.generation_id < 0 && group.is(GroupState::Empty) {
+                error_code::NONE
+            } else if group.is(GroupState::CompletingRebalance) {
+                error_code::REBALANCE_IN_PROGRESS
+            } else if !group.members.contains_key(&params.member_id) {
+                error_code::UNKNOWN_MEMBER_ID
+            } else if params.generation_id != group.generation_id {
+                error_code::ILLEGAL_GENERATION
+            } else {
+                error_code::NONE
+            };
+            if code != error_code::NONE {
+                return vec![code; count];
+            }
+            if let Some(member) = group.members.get_mut(&params.member_id) {
+                member.last_heartbeat_ms = now_ms;
+            }
+            for (i, commit) in params.offsets.into_iter().enumerate() {
+                let OffsetToCommit {
+                    topic,
+                    partition: index,
+                    offset,
+                    leader_epoch,
+                    metadata,
+                } = commit;
+                let metadata = metadata.unwrap_or_default();
+                if metadata.len() > self.config.offset_metadata_max_bytes {
+                    errors[i] = error_code::OFFSET_METADATA_TOO_LARGE;
+                    continue;
+                }
+                let value = CommittedOffset {
+                    offset,
+                    leader_epoch,
+                    metadata,
+                    commit_timestamp_ms: now_ms,
+                    expire_timestamp_ms: (params.retention_time_ms >= 0)
+                        .then(|| now_ms.saturating_add(params.retention_time_ms)),
+                };
+                let key = RecordKey::Offset {
+                    group: group_id.to_owned(),
+                    topic: topic.clone(),
+                    partition: index,
+                };
+                records.push((key.encode(), Some(offset_value(&value).encode())));
+                committed.push((i, (topic, index), value));
+            }
+        }
+        if records.is_empty() {
+            return errors;
+        }
+        match self.append(partition, records).await {
+            Ok(()) => {
+                let mut state = self.state.borrow_mut();
+                if let Some(group) = state.groups.get_mut(group_id) {
+                    for (_, key, value) in committed {
+                        group.offsets.insert(key, value);
+                    }
+                }
+            }
+            Err(code) => {
+                let code = match code {
+                    // MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE, INVALID_FETCH_SIZE
+                    10 | 18 | 4 => error_code::INVALID_COMMIT_OFFSET_SIZE,
+                    other => store_error(other),
+                };
+                for (i, _, _) in committed {
+                    errors[i] = code;
+                }
+            }
+        }
+        errors
+    }
+
+    /// OffsetFetch for one group: every committed offset when `partitions` is
+    /// None, else those asked for (-1 where none is committed).
+    pub fn fetch_offsets(
+        &self,
+        partition: i32,
+        group_id: &str,
+        partitions: Option<Vec<(String, i32)>>,
+    ) -> Result<FetchedOffsets, i16> {
+        let state = self.state.borrow();
+        state.check_partition(partition)?;
+        let group = state
+            .groups
+            .get(group_id)
+            .filter(|g| !g.is(GroupState::Dead));
+        let lookup = |key: &(String, i32)| {
+            group.and_then(|g| g.offsets.get(key)).map_or(
+                FetchedOffset {
+                    offset: -1,
+                    leader_epoch: -1,
+                    metadata: String::new(),
+                },
+                |o| FetchedOffset {
+                    offset: o.offset,
+                    leader_epoch: o.leader_epoch,
+                    metadata: o.metadata.clone(),
+                },
+            )
+        };
+        Ok(match partitions {
+            Some(keys) => keys
+                .into_iter()
+                .map(|key| {
+                    let value = lookup(&key);
+                    (key, value)
+                })
+                .collect(),
+            None => {
+                let mut keys: Vec<(String, i32)> = group
+                    .map(|g| g.offsets.keys().cloned().collect())
+                    .unwrap_or_default();
+                keys.sort();
+                keys.into_iter()
+                    .map(|key| {
+                        let value = lookup(&key);
+                        (key, value)
+                    })
+                    .collect()
+            }
+        })
+    }
+
+    pub fn describe_group(&self, partition: i32, group_id: &str) -> Result<GroupSummary, i16> {
+        let state = self.state.borrow();
+        state.check_partition(partition)?;
+        let Some(group) = state.groups.get(group_id) else {
+            return Ok(GroupSummary {
+                group_id: group_id.to_owned(),
+                state: GroupState::Dead,
+                protocol_type: String::new(),
+                protocol: String::new(),
+                members: Vec::new(),
+            });
+        };
+        Ok(summarize(group, true))
+    }
+
+    /// Every loaded group on this shard; Err while a partition still loads.
+    pub fn list_groups(&self) -> Result<Vec<GroupSummary>, i16> {
+        let state = self.state.borrow();
+        if state.partitions.values().any(|p| !p.loaded) {
+            return Err(error_code::COORDINATOR_LOAD_IN_PROGRESS);
+        }
+        Ok(state
+            .groups
+            .values()
+            .filter(|g| !g.is(GroupState::Dead))
+            .map(|g| summarize(g, false))
+            .collect())
+    }
+
+    /// DeleteGroups for one group: only an empty group goes; its offsets and
+    /// metadata are deleted with tombstones.
+    pub async fn delete_group(&self, partition: i32, group_id: &str) -> i16 {
+        let records = {
+            let state = self.state.borrow();
+            if let Err(code) = state.check_partition(partition) {
+                return code;
+            }
+            let Some(group) = state.groups.get(group_id) else {
+                return error_code::GROUP_ID_NOT_FOUND;
+            };
+            match group.state {
+                GroupState::Dead => return error_code::GROUP_ID_NOT_FOUND,
+                GroupState::Empty => {}
+                _ => return error_code::NON_EMPTY_GROUP,
+            }
+            let mut records: Vec<OffsetsRecord> = group
+                .offsets
+                .keys()
+                .map(|(topic, index)| {
+                    let key = RecordKey::Offset {
+                        group: group_id.to_owned(),
+                        topic: topic.clone(),
+                        partition: *index,
+                    };
+                    (key.encode(), None)
+                })
+                .collect();
+            records.push((
+                RecordKey::Group {
+                    group: group_id.to_owned(),
+                }
+                .encode(),
+                None,
+            ));
+            records
+        };
+        if let Err(code) = self.append(partition, records).await {
+            return store_error(code);
+        }
+        let mut state = self.state.borrow_mut();
+        if state
+            .groups
+            .get(group_id)
+            .is_some_and(|g| g.is(GroupState::Empty))
+        {
+            state.groups.remove(group_id);
+        }
+        error_code::NONE
+    }
+
+    /// OffsetDelete: the group-level error, and each partition's.
+    pub async fn delete_offsets(
+        &self,
+        partition: i32,
+        group_id: &str,
+        partitions: Vec<(String, i32)>,
+    ) -> (i16, Vec<i16>) {
+        let mut errors = vec![error_code::NONE; partitions.len()];
+        let mut records = Vec::new();
+        let mut deleted = Vec::new();
+        {
+            let state = self.state.borrow();
+            if let Err(code) = state.check_partition(partition) {
+                return (code, Vec::new());
+            }
+            let Some(group) = state
+                .groups
+                .get(group_id)
+                .filter(|g| !g.is(GroupState::Dead))
+            else {
+                return (error_code::GROUP_ID_NOT_FOUND, Vec::new());
+            };
+            let subscribed = if group.is(GroupState::Empty) {
+                Default::default()
+            } else {
+                match group.subscribed_topics() {
+                    Some(topics) => topics,
+                    None => return (error_code::NON_EMPTY_GROUP, Vec::new()),
+                }
+            };
+            for (i, (topic, index)) in partitions.into_iter().enumerate() {
+                if subscribed.contains(&topic) {
+                    errors[i] = error_code::GROUP_SUBSCRIBED_TO_TOPIC;
+                    continue;
+                }
+                if group.offsets.contains_key(&(topic.clone(), index)) {
+                    let key = RecordKey::Offset {
+                        group: group_id.to_owned(),
+                        topic: topic.clone(),
+                        partition: index,
+                    };
+                    records.push((key.encode(), None));
+                    deleted.push((topic, index));
+                }
+            }
+        }
+        if !records.is_empty() {
+            if let Err(code) = self.append(partition, records).await {
+                return (store_error(code), Vec::new());
+            }
+            let mut state = self.state.borrow_mut();
+            if let Some(group) = state.groups.get_mut(group_id) {
+                for key in deleted {
+                    group.offsets.remove(&key);
+                }
+            }
+        }
+        (error_code::NONE, errors)
+    }
+}
+
+fn offset_value(offset: &CommittedOffset) -> OffsetCommitValue {
+    OffsetCommitValue {
+        offset: offset.offset,
+        leader_epoch: offset.leader_epoch,
+        metadata: offset.metadata.clone(),
+        commit_timestamp_ms: offset.commit_timestamp_ms,
+        expire_timestamp_ms: offset.expire_timestamp_ms,
+    }
+}
+
+/// Kafka's mapping of a failed `__consumer_offsets` append to what a group
+/// member is told.
+fn store_error(code: i16) -> i16 {
+    match code {
+        // UNKNOWN_TOPIC_OR_PARTITION, NOT_ENOUGH_REPLICAS(_AFTER_APPEND)
+        3 | 19 | 20 => error_code::COORDINATOR_NOT_AVAILABLE,
+        // NOT_LEADER_OR_FOLLOWER, KAFKA_STORAGE_ERROR
+        6 | 56 => error_code::NOT_COORDINATOR,
+        error_code::NOT_COORDINATOR => error_code::NOT_COORDINATOR,
+        _ => error_code::UNKNOWN_SERVER_ERROR,
+    }
+}
+
+fn fail_waiters(group: &mut Group, code: i16) {
+    for member in group.members.values_mut() {
+        if let Some(reply) = member.awaiting_join.take() {
+            let _ = reply.send(join_error(code, &member.member_id));
+        }
+        if let Some(reply) = member.awaiting_sync.take() {
+            let _ = reply.send(sync_error(code));
+        }
+    }
+}
+
+/// Kafka's group summary: metadata and assignments only once Stable.
+fn summarize(group: &Group, with_members: bool) -> GroupSummary {
+    let stable = group.is(GroupState::Stable);
+    let protocol = group.protocol_name.clone().unwrap_or_default();
+    GroupSummary {
+        group_id: group.group_id.clone(),
+        state: group.state,
+        protocol_type: group.protocol_type.clone().unwrap_or_default(),
+        protocol: if stable {
+            protocol.clone()
+        } else {
+            String::new()
+        },
+        members: if with_members {
+            group
+                .members
+                .values()
+                .map(|m| MemberSummary {
+                    member_id: m.member_id.clone(),
+                    group_instance_id: m.group_instance_id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    metadata: if stable {
+                        m.protocols
+                            .iter()
+                            .find(|(name, _)| *name == protocol)
+                            .map(|(_, metadata)| metadata.clone())
+                            .unwrap_or_default()
+                    } else {
+                        Bytes::new()
+                    },
+                    assignment: if stable {
+                        m.assignment.clone()
+                    } else {
+                        Bytes::new()
+                    },
+                })
+                .collect()
+        } else {
+            Vec::new()
+        },
+    }
+}
+
+/// Applies one `__consumer_offsets` record during a load.
+fn replay(
+    key: Option<&[u8]>,
+    value: Option<&[u8]>,
+    offsets: &mut HashMap<String, HashMap<(String, i32), CommittedOffset>>,
+    groups: &mut HashMap<String, Option<GroupMetadataValue>>,
+) {
+    let Some(key) = key else { return };
+    let key = match RecordKey::decode(key) {
+        Ok(Some(key)) => key,
+        Ok(None) => return,
+        Err(error) => {
+            warn!(%error, "skipping an unreadable __consumer_offsets key");
+            return;
+        }
+    };
+    match key {
+        RecordKey::Offset {
+            group,
+            topic,
+            partition,
+        } => {
+            let entry = offsets.entry(group).or_default();
+            match value.map(OffsetCommitValue::decode) {
+                None => {
+                    entry.remove(&(topic, partition));
+                }
+                Some(Ok(value)) => {
+                    entry.insert(
+                        (topic, partition),
+                        CommittedOffset {
+                            offset: value.offset,
+                            leader_epoch: value.leader_epoch,
+                            metadata: value.metadata,
+                            commit_timestamp_ms: value.commit_timestamp_ms,
+                            expire_timestamp_ms: value.expire_timestamp_ms,
+                        },
+                    );
+                }
+                Some(Err(error)) => warn!(%error, "skipping an unreadable offset commit"),
+            }
+        }
+        RecordKey::Group { group } => match value.map(GroupMetadataValue::decode) {
+            None => {
+                groups.insert(group, None);
+            }
+            Some(Ok(value)) => {
+                groups.insert(group, Some(value));
+            }
+            Some(Err(error)) => warn!(%error, "skipping an unreadable group metadata record"),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partition_for_matches_kafka() {
+        // Java: Math.abs-free `"my-group".hashCode() & 0x7fffffff % 50`.
+        assert_eq!("my-group".encode_utf16().count(), 8);
+        let java_hash = |s: &str| {
+            s.encode_utf16()
+                .fold(0i32, |h, c| h.wrapping_mul(31).wrapping_add(c as i32))
+        };
+        assert_eq!(java_hash("a"), 97);
+        assert_eq!(java_hash("ab"), 97 * 31 + 98);
+        assert_eq!(partition_for("a", 50), 97 % 50);
+        for group in ["", "g", "console-consumer-12345", "ユニコード"] {
+            let p = partition_for(group, 50);
+            assert!((0..50).contains(&p));
+        }
+    }
+}

@@ -1,0 +1,3 @@
+//! Coordinators: the group coordinator (classic consumer groups).
+
+pub mod group;
