@@ -174,3 +174,118 @@ fn console_producer_and_consumer() {
     let want: Vec<String> = (0..200).map(|i| format!("line-{i}")).collect();
     assert_eq!(got, want);
 }
+
+const CONSUMER_GROUPS: &str = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand";
+
+/// The Java consumer in a group (kafka-console-consumer --group) and the
+/// kafka-consumer-groups tool: list, describe, reset offsets, delete.
+#[test]
+fn console_consumer_group_and_kafka_consumer_groups() {
+    let broker = Broker::start(&["group.initial.rebalance.delay.ms=0"]);
+    let address = broker.address();
+    let groups_tool = |extra: &[&str]| -> String {
+        let args: Vec<&str> = ["--bootstrap-server", address.as_str()]
+            .into_iter()
+            .chain(extra.iter().copied())
+            .collect();
+        kafka_tool(CONSUMER_GROUPS, &args, None)
+    };
+    kafka_tool(
+        TOPICS,
+        &[
+            "--bootstrap-server",
+            &address,
+            "--create",
+            "--topic",
+            "cg",
+            "--partitions",
+            "3",
+        ],
+        None,
+    );
+    let lines: String = (0..90).map(|i| format!("{i}:value-{i}\n")).collect();
+    kafka_tool(
+        "org.apache.kafka.tools.ConsoleProducer",
+        &[
+            "--bootstrap-server",
+            &address,
+            "--topic",
+            "cg",
+            "--property",
+            "parse.key=true",
+            "--property",
+            "key.separator=:",
+        ],
+        Some(&lines),
+    );
+    let consume = || -> Vec<String> {
+        let out = kafka_tool(
+            "org.apache.kafka.tools.consumer.ConsoleConsumer",
+            &[
+                "--bootstrap-server",
+                &address,
+                "--topic",
+                "cg",
+                "--group",
+                "cg-group",
+                "--from-beginning",
+                "--max-messages",
+                "90",
+                "--timeout-ms",
+                "30000",
+            ],
+            None,
+        );
+        let mut got: Vec<String> = out.lines().map(str::to_owned).collect();
+        got.sort();
+        got
+    };
+    let mut want: Vec<String> = (0..90).map(|i| format!("value-{i}")).collect();
+    want.sort();
+    assert_eq!(consume(), want);
+
+    assert!(groups_tool(&["--list"])
+        .lines()
+        .any(|l| l.trim() == "cg-group"));
+    // Every partition's committed offset is its end: lag 0.
+    let described = groups_tool(&["--describe", "--group", "cg-group"]);
+    let rows: Vec<Vec<&str>> = described
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|f| f.first() == Some(&"cg-group") && f.get(1) == Some(&"cg"))
+        .collect();
+    assert_eq!(rows.len(), 3, "{described}");
+    let mut total = 0;
+    for row in &rows {
+        assert_eq!(row[3], row[4], "current offset is the end: {described}");
+        assert_eq!(row[5], "0", "{described}");
+        total += row[3].parse::<i64>().unwrap();
+    }
+    assert_eq!(total, 90);
+
+    let reset = groups_tool(&[
+        "--reset-offsets",
+        "--group",
+        "cg-group",
+        "--topic",
+        "cg",
+        "--to-earliest",
+        "--execute",
+    ]);
+    assert_eq!(
+        reset
+            .lines()
+            .filter(|l| l.starts_with("cg-group") && l.split_whitespace().last() == Some("0"))
+            .count(),
+        3,
+        "{reset}"
+    );
+    // From the reset offsets, the group reads everything again.
+    assert_eq!(consume(), want);
+
+    let deleted = groups_tool(&["--delete", "--group", "cg-group"]);
+    assert!(deleted.contains("successful"), "{deleted}");
+    assert!(!groups_tool(&["--list"])
+        .lines()
+        .any(|l| l.trim() == "cg-group"));
+}

@@ -94,11 +94,13 @@ pub fn decode_header(
 pub fn decode_body<T: Decodable>(body: &mut Bytes, version: i16) -> Result<T, FrameError> {
     let message = T::decode(body, version)
         .map_err(|error| FrameError::Malformed(format!("request body: {error}")))?;
+    // Kafka ignores bytes after a request's last field, and clients rely on
+    // it (librdkafka 2.12 pads Metadata v13 with three zero bytes).
     if body.has_remaining() {
-        return Err(FrameError::Malformed(format!(
-            "{} trailing bytes",
-            body.remaining()
-        )));
+        tracing::debug!(
+            trailing_bytes = body.remaining(),
+            "ignoring bytes after the request body"
+        );
     }
     Ok(message)
 }

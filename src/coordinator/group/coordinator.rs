@@ -335,6 +335,9 @@ impl GroupCoordinator {
             state.groups.insert(group_id, group);
             loaded_groups += 1;
         }
+        if loaded_groups == 0 {
+            return;
+        }
         info!(
             partition,
             records,
@@ -593,8 +596,7 @@ impl GroupCoordinator {
                         group,
                         &old_id,
                         new_member(id),
-                        reply,
-                        answer,
+                        version,
                         now_ms,
                     );
                 }
@@ -652,16 +654,15 @@ impl GroupCoordinator {
     }
 
     /// KIP-345: a static member rejoining without its member id takes over
-    /// its instance's slot; the old id is fenced. A stable group keeps its
-    /// assignment (no rebalance) unless the member changed its protocols or
-    /// leads the group.
+    /// its instance's slot; the old id is fenced. A stable group whose
+    /// protocol choice stands keeps its generation and assignment (no
+    /// rebalance; a leader is told to skip the assignment), else it rebalances.
     fn replace_static_member(
         self: &Rc<Self>,
         group: &mut Group,
         old_id: &str,
         mut member: Member,
-        reply: oneshot::Sender<JoinGroupResponse>,
-        answer: oneshot::Receiver<JoinGroupResponse>,
+        version: i16,
         now_ms: i64,
     ) -> JoinStep {
         let mut old = group
@@ -675,14 +676,12 @@ impl GroupCoordinator {
             let _ = waiting.send(sync_error(error_code::FENCED_INSTANCE_ID));
         }
         let new_id = member.member_id.clone();
-        let unchanged = old.protocols == member.protocols;
-        let was_leader = group.leader_id.as_deref() == Some(old_id);
         member.assignment = old.assignment;
-        if was_leader {
+        if group.leader_id.as_deref() == Some(old_id) {
             group.leader_id = Some(new_id.clone());
         }
-        if group.is(GroupState::Stable) && unchanged && !was_leader {
-            group.add_member(member);
+        group.add_member(member);
+        if group.is(GroupState::Stable) && group.select_protocol() == group.protocol_name {
             let key = RecordKey::Group {
                 group: group.group_id.clone(),
             };
@@ -690,10 +689,19 @@ impl GroupCoordinator {
                 group.partition,
                 vec![(key.encode(), Some(group.metadata_value().encode()))],
             );
-            return JoinStep::Answer(group.current_join_response(&new_id));
+            let is_leader = group.leader_id.as_deref() == Some(new_id.as_str());
+            return JoinStep::Answer(
+                group
+                    .current_join_response(&new_id)
+                    .with_skip_assignment(is_leader && version >= 9),
+            );
         }
-        member.awaiting_join = Some(reply);
-        group.add_member(member);
+        let (reply, answer) = oneshot::channel();
+        group
+            .members
+            .get_mut(&new_id)
+            .expect("just added")
+            .awaiting_join = Some(reply);
         group.maybe_prepare_rebalance(self.config.initial_rebalance_delay_ms, now_ms);
         self.settle(group, now_ms);
         JoinStep::Wait(answer)

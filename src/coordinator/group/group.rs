@@ -257,7 +257,7 @@ impl Group {
 
     /// Each member votes for its most preferred candidate; most votes wins,
     /// ties to the earlier candidate.
-    fn select_protocol(&self) -> Option<String> {
+    pub fn select_protocol(&self) -> Option<String> {
         let candidates = self.candidate_protocols();
         let mut votes = vec![0usize; candidates.len()];
         for member in self.members.values() {
