@@ -12,11 +12,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{Broker, Client};
+use common::{wait_for_assignment, Broker, Client};
 use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
 use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestGroup;
 use kafka_protocol::messages::*;
-use kafka_protocol::protocol::{Decodable, StrBytes};
+use kafka_protocol::protocol::StrBytes;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
@@ -157,63 +157,6 @@ fn produce(broker: &Broker, topic: &str, partitions: i32, per_partition: usize) 
 
 fn s(value: &str) -> StrBytes {
     StrBytes::from_string(value.to_owned())
-}
-
-/// The group as the coordinator describes it: state, generation-free
-/// member -> assigned (topic, partition) list.
-fn describe(client: &mut Client, group: &str) -> (String, Vec<BTreeSet<(String, i32)>>) {
-    let request = DescribeGroupsRequest::default().with_groups(vec![GroupId(s(group))]);
-    let response: DescribeGroupsResponse =
-        client.call(ApiKey::DescribeGroups, 5, &request).unwrap();
-    let group = &response.groups[0];
-    let assignments = group
-        .members
-        .iter()
-        .map(|m| {
-            let mut bytes = m.member_assignment.clone();
-            if bytes.len() < 2 {
-                return BTreeSet::new();
-            }
-            let version = i16::from_be_bytes([bytes[0], bytes[1]]);
-            bytes = bytes.slice(2..);
-            let assignment = ConsumerProtocolAssignment::decode(&mut bytes, version).unwrap();
-            assignment
-                .assigned_partitions
-                .iter()
-                .flat_map(|t| t.partitions.iter().map(|p| (t.topic.to_string(), *p)))
-                .collect()
-        })
-        .collect();
-    (group.group_state.to_string(), assignments)
-}
-
-/// Waits until the group is Stable with `members` members whose assignments
-/// are disjoint and cover exactly `expected`; returns the assignments.
-fn wait_for_assignment(
-    client: &mut Client,
-    group: &str,
-    members: usize,
-    expected: &BTreeSet<(String, i32)>,
-    timeout: Duration,
-) -> Vec<BTreeSet<(String, i32)>> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let (state, assignments) = describe(client, group);
-        let union: BTreeSet<(String, i32)> = assignments.iter().flatten().cloned().collect();
-        let total: usize = assignments.iter().map(BTreeSet::len).sum();
-        if state == "Stable"
-            && assignments.len() == members
-            && union == *expected
-            && total == union.len()
-        {
-            return assignments;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "group {group} never reached {members} members covering {expected:?}: {state} {assignments:?}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 fn committed(client: &mut Client, group: &str) -> BTreeMap<(String, i32), i64> {

@@ -37,7 +37,15 @@ fn s(value: &str) -> StrBytes {
 }
 
 fn start() -> (Broker, Client) {
-    let broker = Broker::start(&["group.initial.rebalance.delay.ms=0"]);
+    start_with(&[])
+}
+
+fn start_with(extra: &[&str]) -> (Broker, Client) {
+    let config: Vec<&str> = ["group.initial.rebalance.delay.ms=0"]
+        .into_iter()
+        .chain(extra.iter().copied())
+        .collect();
+    let broker = Broker::start(&config);
     let mut client = Client::connect(&broker.address());
     // The first FindCoordinator creates __consumer_offsets.
     let found: FindCoordinatorResponse = client
@@ -561,4 +569,127 @@ fn list_groups_filters_by_state_and_offset_delete_spares_subscribed_topics() {
         vec![("u".to_string(), 0, 2)]
     );
     assert_eq!(delete(&mut client, "nobody", "t").0, GROUP_ID_NOT_FOUND);
+}
+
+/// Bytes of every `__consumer_offsets` segment file under the data dir.
+fn offsets_topic_bytes(broker: &Broker) -> u64 {
+    std::fs::read_dir(&broker.data_dir)
+        .unwrap()
+        .flatten()
+        .filter(|d| {
+            d.file_name()
+                .to_string_lossy()
+                .starts_with("__consumer_offsets-")
+        })
+        .flat_map(|d| std::fs::read_dir(d.path()).unwrap().flatten())
+        .filter(|f| f.path().extension().is_some_and(|e| e == "log"))
+        .map(|f| f.metadata().unwrap().len())
+        .sum()
+}
+
+#[test]
+fn compaction_keeps_the_offsets_topic_bounded() {
+    let (mut broker, mut client) = start_with(&[
+        "offsets.topic.segment.bytes=4096",
+        "log.cleaner.backoff.ms=100",
+    ]);
+    client.create_topic("t", 1);
+    const COMMITS: i64 = 3_000;
+    for offset in 0..COMMITS {
+        assert_eq!(commit(&mut client, "compact-me", "", -1, "t", offset), NONE);
+    }
+    // Uncompacted, each commit is at least a 61-byte batch header: 180 KiB.
+    let uncompacted_min = COMMITS as u64 * 61;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let size = offsets_topic_bytes(&broker);
+        if size < 16 * 1024 {
+            eprintln!(
+                "__consumer_offsets holds {size} bytes (uncompacted: at least {uncompacted_min})"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "still {size} bytes");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // What is left is the last commit, also after a restart.
+    broker.stop();
+    broker.restart();
+    let mut client = Client::connect(&broker.address());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let request =
+            OffsetFetchRequest::default().with_groups(vec![OffsetFetchRequestGroup::default()
+                .with_group_id(GroupId(s("compact-me")))
+                .with_topics(None)]);
+        let response: OffsetFetchResponse = client.call(ApiKey::OffsetFetch, 9, &request).unwrap();
+        if response.groups[0].error_code == NONE {
+            break;
+        }
+        assert!(Instant::now() < deadline, "offsets never loaded");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        committed(&mut client, "compact-me"),
+        vec![("t".to_string(), 0, COMMITS - 1)]
+    );
+}
+
+#[test]
+fn expired_offsets_and_then_their_empty_group_go_for_good() {
+    let (mut broker, mut client) = start_with(&["offsets.retention.check.interval.ms=200"]);
+    client.create_topic("t", 1);
+    // OffsetCommit v2-4 carry a retention of their own: one second here.
+    let request = OffsetCommitRequest::default()
+        .with_group_id(GroupId(s("expiring")))
+        .with_generation_id_or_member_epoch(-1)
+        .with_retention_time_ms(1_000)
+        .with_topics(vec![OffsetCommitRequestTopic::default()
+            .with_name(TopicName(s("t")))
+            .with_partitions(vec![OffsetCommitRequestPartition::default()
+                .with_partition_index(0)
+                .with_committed_offset(11)])]);
+    let response: OffsetCommitResponse = client.call(ApiKey::OffsetCommit, 2, &request).unwrap();
+    assert_eq!(response.topics[0].partitions[0].error_code, NONE);
+    assert_eq!(commit(&mut client, "kept", "", -1, "t", 12), NONE);
+    assert_eq!(
+        committed(&mut client, "expiring"),
+        vec![("t".to_string(), 0, 11)]
+    );
+
+    let listed = |client: &mut Client| -> Vec<String> {
+        let response: ListGroupsResponse = client
+            .call(ApiKey::ListGroups, 5, &ListGroupsRequest::default())
+            .unwrap();
+        let mut groups: Vec<String> = response
+            .groups
+            .iter()
+            .map(|g| g.group_id.to_string())
+            .collect();
+        groups.sort();
+        groups
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !committed(&mut client, "expiring").is_empty() || listed(&mut client) != ["kept"] {
+        assert!(
+            Instant::now() < deadline,
+            "never expired: {:?}",
+            listed(&mut client)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The tombstones are in the log: gone after a restart too.
+    broker.stop();
+    broker.restart();
+    let mut client = Client::connect(&broker.address());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while listed(&mut client).is_empty() {
+        assert!(Instant::now() < deadline, "groups never loaded");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(listed(&mut client), ["kept"]);
+    assert_eq!(
+        committed(&mut client, "kept"),
+        vec![("t".to_string(), 0, 12)]
+    );
 }

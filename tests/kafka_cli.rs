@@ -8,14 +8,17 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-use common::Broker;
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use common::{wait_for_assignment, Broker, Client};
 
 fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Runs a Kafka tool class; returns its stdout, failing on a non-zero exit.
-fn kafka_tool(class: &str, args: &[&str], input: Option<&str>) -> String {
+/// Kafka's jars from Maven Central, fetched once.
+fn fetch_kafka_jars() {
     let fetch = Command::new(repo_root().join("tests/support/kafka/fetch.sh"))
         .output()
         .unwrap();
@@ -24,6 +27,11 @@ fn kafka_tool(class: &str, args: &[&str], input: Option<&str>) -> String {
         "{}",
         String::from_utf8_lossy(&fetch.stderr)
     );
+}
+
+/// Runs a Kafka tool class; returns its stdout, failing on a non-zero exit.
+fn kafka_tool(class: &str, args: &[&str], input: Option<&str>) -> String {
+    fetch_kafka_jars();
     let mut child = Command::new("timeout")
         .arg("120")
         .arg(repo_root().join("tests/support/kafka/kafka-run-class.sh"))
@@ -247,6 +255,30 @@ fn console_consumer_group_and_kafka_consumer_groups() {
     assert!(groups_tool(&["--list"])
         .lines()
         .any(|l| l.trim() == "cg-group"));
+    // Kafka's own decoder reads the group's records in __consumer_offsets.
+    let segment = std::fs::read_dir(&broker.data_dir)
+        .unwrap()
+        .flatten()
+        .filter(|d| {
+            d.file_name()
+                .to_string_lossy()
+                .starts_with("__consumer_offsets-")
+        })
+        .map(|d| d.path().join("00000000000000000000.log"))
+        .find(|log| std::fs::metadata(log).is_ok_and(|m| m.len() > 0))
+        .expect("the group's partition has records");
+    let dumped = kafka_tool(
+        "org.apache.kafka.tools.DumpLogSegments",
+        &["--files", segment.to_str().unwrap(), "--offsets-decoder"],
+        None,
+    );
+    for expected in [
+        r#"key: {"type":"2","data":{"group":"cg-group"}}"#,
+        r#""protocolType":"consumer""#,
+        r#"key: {"type":"1","data":{"group":"cg-group","topic":"cg","partition":0}}"#,
+    ] {
+        assert!(dumped.contains(expected), "{expected} not in\n{dumped}");
+    }
     // Every partition's committed offset is its end: lag 0.
     let described = groups_tool(&["--describe", "--group", "cg-group"]);
     let rows: Vec<Vec<&str>> = described
@@ -288,4 +320,66 @@ fn console_consumer_group_and_kafka_consumer_groups() {
     assert!(!groups_tool(&["--list"])
         .lines()
         .any(|l| l.trim() == "cg-group"));
+}
+
+/// Java consumers (kafka-console-consumer processes) in one group: disjoint
+/// shares of every partition; one killed -9, one stopped (LeaveGroup); the
+/// survivor holds everything once the dead one's session times out.
+#[test]
+fn java_consumers_share_partitions_and_the_survivor_takes_over() {
+    fetch_kafka_jars();
+    let broker = Broker::start(&["group.initial.rebalance.delay.ms=3000"]);
+    let address = broker.address();
+    let mut client = Client::connect(&address);
+    client.create_topic("shared", 6);
+    let all: BTreeSet<(String, i32)> = (0..6).map(|p| ("shared".to_string(), p)).collect();
+    let spawn = || {
+        Command::new(repo_root().join("tests/support/kafka/kafka-run-class.sh"))
+            .args([
+                "org.apache.kafka.tools.consumer.ConsoleConsumer",
+                "--bootstrap-server",
+                &address,
+                "--topic",
+                "shared",
+                "--group",
+                "java-group",
+                "--consumer-property",
+                "session.timeout.ms=6000",
+                "--consumer-property",
+                "heartbeat.interval.ms=500",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut members = Children((0..3).map(|_| spawn()).collect());
+    let shares = wait_for_assignment(&mut client, "java-group", 3, &all, Duration::from_secs(90));
+    assert!(shares.iter().all(|share| share.len() == 2), "{shares:?}");
+
+    members.0[0].kill().unwrap();
+    let killed_at = std::time::Instant::now();
+    // SIGTERM: the console consumer closes its consumer, which leaves the group.
+    assert_eq!(
+        unsafe { libc::kill(members.0[1].id() as i32, libc::SIGTERM) },
+        0
+    );
+    members.0[1].wait().unwrap();
+    wait_for_assignment(&mut client, "java-group", 1, &all, Duration::from_secs(30));
+    eprintln!(
+        "the Java survivor held every partition {:?} after the kill",
+        killed_at.elapsed()
+    );
+}
+
+/// Child processes killed when the test ends, however it ends.
+struct Children(Vec<std::process::Child>);
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
 }

@@ -3,6 +3,7 @@
 //! where a test must control every byte.
 #![allow(dead_code)]
 
+use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -14,7 +15,8 @@ use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::produce_response::PartitionProduceResponse;
 use kafka_protocol::messages::{
-    ApiKey, CreateTopicsRequest, CreateTopicsResponse, ProduceRequest, ProduceResponse,
+    ApiKey, ConsumerProtocolAssignment, CreateTopicsRequest, CreateTopicsResponse,
+    DescribeGroupsRequest, DescribeGroupsResponse, GroupId, ProduceRequest, ProduceResponse,
     RequestHeader, ResponseHeader, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
@@ -270,5 +272,63 @@ impl Client {
                 .with_replication_factor(1)]);
         let created: CreateTopicsResponse = self.call(ApiKey::CreateTopics, 7, &request).unwrap();
         assert_eq!(created.topics[0].error_code, 0, "creating {topic}");
+    }
+}
+
+/// The group as its coordinator describes it (DescribeGroups): the state and
+/// each member's assigned partitions.
+pub fn describe_group(client: &mut Client, group: &str) -> (String, Vec<BTreeSet<(String, i32)>>) {
+    let request = DescribeGroupsRequest::default()
+        .with_groups(vec![GroupId(StrBytes::from_string(group.to_owned()))]);
+    let response: DescribeGroupsResponse =
+        client.call(ApiKey::DescribeGroups, 5, &request).unwrap();
+    let group = &response.groups[0];
+    let assignments = group
+        .members
+        .iter()
+        .map(|m| {
+            let mut bytes = m.member_assignment.clone();
+            if bytes.len() < 2 {
+                return BTreeSet::new();
+            }
+            let version = i16::from_be_bytes([bytes[0], bytes[1]]);
+            bytes = bytes.slice(2..);
+            let assignment = ConsumerProtocolAssignment::decode(&mut bytes, version).unwrap();
+            assignment
+                .assigned_partitions
+                .iter()
+                .flat_map(|t| t.partitions.iter().map(|p| (t.topic.to_string(), *p)))
+                .collect()
+        })
+        .collect();
+    (group.group_state.to_string(), assignments)
+}
+
+/// Waits until the group is Stable with `members` members whose assignments
+/// are disjoint and cover exactly `expected`; returns the assignments.
+pub fn wait_for_assignment(
+    client: &mut Client,
+    group: &str,
+    members: usize,
+    expected: &BTreeSet<(String, i32)>,
+    timeout: Duration,
+) -> Vec<BTreeSet<(String, i32)>> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let (state, assignments) = describe_group(client, group);
+        let union: BTreeSet<(String, i32)> = assignments.iter().flatten().cloned().collect();
+        let total: usize = assignments.iter().map(BTreeSet::len).sum();
+        if state == "Stable"
+            && assignments.len() == members
+            && union == *expected
+            && total == union.len()
+        {
+            return assignments;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "group {group} never reached {members} members covering {expected:?}: {state} {assignments:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
     }
 }

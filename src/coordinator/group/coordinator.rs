@@ -327,11 +327,17 @@ impl GroupCoordinator {
             .into_iter()
             .collect();
         for group_id in names {
-            let mut group = match groups.remove(&group_id).flatten() {
+            let metadata = groups.remove(&group_id).flatten();
+            let group_offsets = offsets.remove(&group_id).unwrap_or_default();
+            // Deleted (tombstones only): nothing to load.
+            if metadata.is_none() && group_offsets.is_empty() {
+                continue;
+            }
+            let mut group = match metadata {
                 Some(value) => Group::loaded(group_id.clone(), partition, value, now_ms),
                 None => Group::new(group_id.clone(), partition, now_ms),
             };
-            group.offsets = offsets.remove(&group_id).unwrap_or_default();
+            group.offsets = group_offsets;
             state.groups.insert(group_id, group);
             loaded_groups += 1;
         }
@@ -469,7 +475,12 @@ impl GroupCoordinator {
                     };
                     records.push((key.encode(), None));
                 }
-                if group.is(GroupState::Empty) && group.offsets.is_empty() {
+                // As Kafka: an empty group with no offsets left goes (unless a
+                // member is between MEMBER_ID_REQUIRED and its join).
+                if group.is(GroupState::Empty)
+                    && group.offsets.is_empty()
+                    && group.pending_members.is_empty()
+                {
                     let key = RecordKey::Group {
                         group: group.group_id.clone(),
                     };
