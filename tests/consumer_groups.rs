@@ -5,16 +5,15 @@
 
 mod common;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{wait_for_assignment, Broker, Client};
+use common::{committed_offsets, wait_for_assignment, Broker, Client};
 use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
-use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestGroup;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use rdkafka::config::ClientConfig;
@@ -159,24 +158,6 @@ fn s(value: &str) -> StrBytes {
     StrBytes::from_string(value.to_owned())
 }
 
-fn committed(client: &mut Client, group: &str) -> BTreeMap<(String, i32), i64> {
-    let request =
-        OffsetFetchRequest::default().with_groups(vec![OffsetFetchRequestGroup::default()
-            .with_group_id(GroupId(s(group)))
-            .with_topics(None)]);
-    let response: OffsetFetchResponse = client.call(ApiKey::OffsetFetch, 9, &request).unwrap();
-    assert_eq!(response.groups[0].error_code, 0, "{response:?}");
-    response.groups[0]
-        .topics
-        .iter()
-        .flat_map(|t| {
-            t.partitions
-                .iter()
-                .map(|p| ((t.name.to_string(), p.partition_index), p.committed_offset))
-        })
-        .collect()
-}
-
 /// Every offset below `end` of every partition appears in some member's output.
 fn assert_nothing_skipped(
     members: &[&Member],
@@ -259,27 +240,14 @@ fn members_share_partitions_survivors_take_over_and_commits_survive_a_restart() 
         Duration::from_secs(30),
     );
     members[2].leave();
-    let expected: BTreeMap<(String, i32), i64> = all.iter().map(|tp| (tp.clone(), 200)).collect();
-    assert_eq!(committed(&mut client, "g"), expected);
+    let expected: Vec<(String, i32, i64)> = all.iter().map(|(t, p)| (t.clone(), *p, 200)).collect();
+    assert_eq!(committed_offsets(&mut client, "g"), expected);
 
     // The commits survive a restart; a new member resumes from them.
     broker.stop();
     broker.restart();
     let mut client = Client::connect(&broker.address());
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let request =
-            OffsetFetchRequest::default().with_groups(vec![OffsetFetchRequestGroup::default()
-                .with_group_id(GroupId(s("g")))
-                .with_topics(None)]);
-        let response: OffsetFetchResponse = client.call(ApiKey::OffsetFetch, 9, &request).unwrap();
-        if response.groups[0].error_code == 0 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "offsets never loaded");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    assert_eq!(committed(&mut client, "g"), expected);
+    assert_eq!(committed_offsets(&mut client, "g"), expected);
     produce(&broker, "events", 12, 1);
     let resumed = Member::spawn(&broker, "g", "events");
     let deadline = Instant::now() + Duration::from_secs(30);

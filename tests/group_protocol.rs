@@ -13,7 +13,6 @@ use kafka_protocol::messages::leave_group_request::MemberIdentity;
 use kafka_protocol::messages::offset_commit_request::{
     OffsetCommitRequestPartition, OffsetCommitRequestTopic,
 };
-use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestGroup;
 use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
@@ -160,21 +159,7 @@ fn commit(
 }
 
 fn committed(client: &mut Client, group: &str) -> Vec<(String, i32, i64)> {
-    let request =
-        OffsetFetchRequest::default().with_groups(vec![OffsetFetchRequestGroup::default()
-            .with_group_id(GroupId(s(group)))
-            .with_topics(None)]);
-    let response: OffsetFetchResponse = client.call(ApiKey::OffsetFetch, 9, &request).unwrap();
-    assert_eq!(response.groups[0].error_code, NONE);
-    response.groups[0]
-        .topics
-        .iter()
-        .flat_map(|t| {
-            t.partitions
-                .iter()
-                .map(|p| (t.name.to_string(), p.partition_index, p.committed_offset))
-        })
-        .collect()
+    common::committed_offsets(client, group)
 }
 
 fn describe(client: &mut Client, group: &str) -> describe_groups_response::DescribedGroup {
@@ -326,22 +311,7 @@ fn a_generation_from_join_to_commit_and_the_errors_around_it() {
     broker.stop();
     broker.restart();
     let mut client = Client::connect(&broker.address());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let offsets = loop {
-        let request =
-            OffsetFetchRequest::default().with_groups(vec![OffsetFetchRequestGroup::default()
-                .with_group_id(GroupId(s("g")))
-                .with_topics(None)]);
-        let response: OffsetFetchResponse = client.call(ApiKey::OffsetFetch, 9, &request).unwrap();
-        if response.groups[0].error_code == NONE {
-            break committed(&mut client, "g");
-        }
-        assert!(
-            Instant::now() < deadline,
-            "offsets not loaded: {response:?}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let offsets = committed(&mut client, "g");
     assert_eq!(offsets, vec![("t".to_string(), 0, 7)]);
     assert_eq!(describe(&mut client, "g").group_state.as_str(), "Empty");
 
@@ -616,19 +586,6 @@ fn compaction_keeps_the_offsets_topic_bounded() {
     broker.stop();
     broker.restart();
     let mut client = Client::connect(&broker.address());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let request =
-            OffsetFetchRequest::default().with_groups(vec![OffsetFetchRequestGroup::default()
-                .with_group_id(GroupId(s("compact-me")))
-                .with_topics(None)]);
-        let response: OffsetFetchResponse = client.call(ApiKey::OffsetFetch, 9, &request).unwrap();
-        if response.groups[0].error_code == NONE {
-            break;
-        }
-        assert!(Instant::now() < deadline, "offsets never loaded");
-        std::thread::sleep(Duration::from_millis(50));
-    }
     assert_eq!(
         committed(&mut client, "compact-me"),
         vec![("t".to_string(), 0, COMMITS - 1)]

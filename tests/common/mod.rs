@@ -12,12 +12,13 @@ use std::time::{Duration, Instant};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestGroup;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::produce_response::PartitionProduceResponse;
 use kafka_protocol::messages::{
     ApiKey, ConsumerProtocolAssignment, CreateTopicsRequest, CreateTopicsResponse,
-    DescribeGroupsRequest, DescribeGroupsResponse, GroupId, ProduceRequest, ProduceResponse,
-    RequestHeader, ResponseHeader, TopicName,
+    DescribeGroupsRequest, DescribeGroupsResponse, GroupId, OffsetFetchRequest,
+    OffsetFetchResponse, ProduceRequest, ProduceResponse, RequestHeader, ResponseHeader, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
@@ -330,5 +331,37 @@ pub fn wait_for_assignment(
             "group {group} never reached {members} members covering {expected:?}: {state} {assignments:?}"
         );
         std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A group's committed offsets, every partition (OffsetFetch v9), sorted;
+/// waits for its coordinator to load them (COORDINATOR_LOAD_IN_PROGRESS
+/// right after a start).
+pub fn committed_offsets(client: &mut Client, group: &str) -> Vec<(String, i32, i64)> {
+    const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
+    let request =
+        OffsetFetchRequest::default().with_groups(vec![OffsetFetchRequestGroup::default()
+            .with_group_id(GroupId(StrBytes::from_string(group.to_owned())))
+            .with_topics(None)]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let response: OffsetFetchResponse = client.call(ApiKey::OffsetFetch, 9, &request).unwrap();
+        let answer = &response.groups[0];
+        if answer.error_code == COORDINATOR_LOAD_IN_PROGRESS && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
+        }
+        assert_eq!(answer.error_code, 0, "{response:?}");
+        let mut offsets: Vec<(String, i32, i64)> = answer
+            .topics
+            .iter()
+            .flat_map(|t| {
+                t.partitions
+                    .iter()
+                    .map(|p| (t.name.to_string(), p.partition_index, p.committed_offset))
+            })
+            .collect();
+        offsets.sort();
+        return offsets;
     }
 }
