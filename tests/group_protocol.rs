@@ -351,7 +351,17 @@ fn static_members_rejoin_without_a_rebalance_and_fence_their_old_id() {
     let synced = sync(&mut client, "s", &new_id, second.generation_id, b"");
     assert_eq!(synced.assignment.as_ref(), b"mine");
 
-    // The old incarnation is fenced.
+    // The old incarnation is fenced, whatever it sends.
+    let old_join = join_request("s", &old_id, "consumer", Bytes::from_static(b"m"))
+        .with_group_instance_id(Some(s("instance-1")));
+    assert_eq!(join(&mut client, &old_join).error_code, FENCED_INSTANCE_ID);
+    let old_sync = SyncGroupRequest::default()
+        .with_group_id(GroupId(s("s")))
+        .with_generation_id(first.generation_id)
+        .with_member_id(s(&old_id))
+        .with_group_instance_id(Some(s("instance-1")));
+    let synced: SyncGroupResponse = client.call(ApiKey::SyncGroup, 5, &old_sync).unwrap();
+    assert_eq!(synced.error_code, FENCED_INSTANCE_ID);
     assert_eq!(
         heartbeat(
             &mut client,
@@ -649,4 +659,49 @@ fn expired_offsets_and_then_their_empty_group_go_for_good() {
         committed(&mut client, "kept"),
         vec![("t".to_string(), 0, 12)]
     );
+}
+
+#[test]
+fn the_initial_rebalance_delay_is_waited_once() {
+    let (_broker, mut client) = start_with(&["group.initial.rebalance.delay.ms=1000"]);
+    let first = join(
+        &mut client,
+        &join_request("d", "", "consumer", Bytes::new()),
+    );
+    assert_eq!(first.error_code, MEMBER_ID_REQUIRED);
+    let started = Instant::now();
+    let joined = join(
+        &mut client,
+        &join_request("d", &first.member_id, "consumer", Bytes::new()),
+    );
+    let waited = started.elapsed();
+    assert_eq!(joined.error_code, NONE);
+    assert!(
+        waited >= Duration::from_millis(1000) && waited < Duration::from_millis(1800),
+        "joined after {waited:?}"
+    );
+}
+
+#[test]
+fn offsets_of_a_deleted_topic_go_and_the_offsets_topic_takes_no_produce() {
+    let (_broker, mut client) = start();
+    client.create_topic("doomed", 1);
+    client.create_topic("t", 1);
+    assert_eq!(commit(&mut client, "g", "", -1, "doomed", 5), NONE);
+    assert_eq!(commit(&mut client, "g", "", -1, "t", 6), NONE);
+    let request = DeleteTopicsRequest::default()
+        .with_topic_names(vec![TopicName(s("doomed"))])
+        .with_timeout_ms(5_000);
+    let deleted: DeleteTopicsResponse = client.call(ApiKey::DeleteTopics, 5, &request).unwrap();
+    assert_eq!(deleted.responses[0].error_code, NONE);
+    client.create_topic("doomed", 1);
+    assert_eq!(committed(&mut client, "g"), vec![("t".to_string(), 0, 6)]);
+
+    // Only the coordinator writes __consumer_offsets.
+    let mut builder = shards::log::record_batch::RecordBatchBuilder::new(0, 0);
+    builder.append(0, Some(b"forged"), Some(b"group"));
+    let produced = client
+        .produce("__consumer_offsets", 0, builder.build())
+        .unwrap();
+    assert_eq!(produced.error_code, 17, "INVALID_TOPIC_EXCEPTION");
 }

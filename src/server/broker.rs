@@ -118,7 +118,16 @@ impl ShardBroker {
     /// Takes a new image: opens logs for partitions newly placed here, applies
     /// topic config changes, deletes logs of topics that are gone.
     pub async fn apply_image(&self, image: Arc<MetadataImage>) {
-        *self.image.borrow_mut() = image.clone();
+        let previous = std::mem::replace(&mut *self.image.borrow_mut(), image.clone());
+        let deleted: Vec<String> = previous
+            .topics
+            .values()
+            .filter(|old| image.topic(&old.name).is_none_or(|new| new.id != old.id))
+            .map(|old| old.name.clone())
+            .collect();
+        if !deleted.is_empty() {
+            self.groups.on_topics_deleted(&deleted);
+        }
         for topic in image.topics.values() {
             let config = Rc::new((*topic.log_config).clone());
             let topic_id = kafka_uuid_string(&topic.id);
@@ -244,6 +253,13 @@ impl ShardBroker {
         records: Bytes,
         required_acks: i16,
     ) -> AppendResult {
+        if topic == GROUP_METADATA_TOPIC_NAME {
+            // Only the group coordinator writes there, as in Kafka.
+            return AppendResult::error(
+                error_code::INVALID_TOPIC_EXCEPTION,
+                Some("cannot append to an internal topic".into()),
+            );
+        }
         let leader = match self.route(topic, partition) {
             Ok(leader) => leader,
             Err(code) => return AppendResult::error(code, None),

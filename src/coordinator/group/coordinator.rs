@@ -21,11 +21,15 @@ use tracing::{info, warn};
 
 use super::group::{
     join_error, sync_error, CommittedOffset, Group, GroupState, InitialDelay, Member,
+    CONSUMER_PROTOCOL_TYPE,
 };
 use super::records::{GroupMetadataValue, OffsetCommitValue, RecordKey};
 use crate::protocol::error_code;
 
 pub const GROUP_METADATA_TOPIC_NAME: &str = "__consumer_offsets";
+
+/// Strings in `__consumer_offsets` records carry an int16 length.
+const MAX_RECORD_STRING_BYTES: usize = i16::MAX as usize;
 
 /// How often deadlines (sessions, joins, initial delays) are looked at.
 const TICK_INTERVAL: Duration = Duration::from_millis(100);
@@ -83,6 +87,9 @@ type OffsetsRecord = (Vec<u8>, Option<Vec<u8>>);
 struct OffsetsPartition {
     loaded: bool,
     leader_epoch: i32,
+    /// Which load owns this partition: a load finishing after the partition
+    /// was lost and taken again is discarded.
+    load_id: u64,
 }
 
 #[derive(Default)]
@@ -90,6 +97,7 @@ struct CoordinatorState {
     partitions: HashMap<i32, OffsetsPartition>,
     groups: HashMap<String, Group>,
     last_offsets_expiry_ms: i64,
+    next_load_id: u64,
 }
 
 impl CoordinatorState {
@@ -200,22 +208,56 @@ impl GroupCoordinator {
 
     /// This shard now leads `partition` of `__consumer_offsets`: load it.
     pub fn on_partition_led(self: &Rc<Self>, partition: i32, leader_epoch: i32) {
-        {
+        let load_id = {
             let mut state = self.state.borrow_mut();
             if let Some(known) = state.partitions.get_mut(&partition) {
                 known.leader_epoch = leader_epoch;
                 return;
             }
+            state.next_load_id += 1;
+            let load_id = state.next_load_id;
             state.partitions.insert(
                 partition,
                 OffsetsPartition {
                     loaded: false,
                     leader_epoch,
+                    load_id,
                 },
             );
-        }
+            load_id
+        };
         let coordinator = self.clone();
-        glommio::spawn_local(async move { coordinator.load(partition).await }).detach();
+        glommio::spawn_local(async move { coordinator.load(partition, load_id).await }).detach();
+    }
+
+    /// Topics deleted from the cluster: their committed offsets go too
+    /// (tombstones), so a topic created again under the name starts afresh.
+    pub fn on_topics_deleted(self: &Rc<Self>, topics: &[String]) {
+        let mut state = self.state.borrow_mut();
+        for group in state.groups.values_mut() {
+            let gone: Vec<(String, i32)> = group
+                .offsets
+                .keys()
+                .filter(|(topic, _)| topics.contains(topic))
+                .cloned()
+                .collect();
+            if gone.is_empty() {
+                continue;
+            }
+            let records = gone
+                .into_iter()
+                .map(|(topic, partition)| {
+                    group.offsets.remove(&(topic.clone(), partition));
+                    let key = RecordKey::Offset {
+                        group: group.group_id.clone(),
+                        topic,
+                        partition,
+                    };
+                    (key.encode(), None)
+                })
+                .collect();
+            self.spawn_store(group.partition, records);
+        }
     }
 
     /// This shard no longer leads `partition`: its groups go, and members
@@ -256,7 +298,7 @@ impl GroupCoordinator {
     }
 
     /// Replays the partition: the last record per key wins, a null value deletes.
-    async fn load(self: Rc<Self>, partition: i32) {
+    async fn load(self: Rc<Self>, partition: i32, load_id: u64) {
         let started = std::time::Instant::now();
         let mut offsets: HashMap<String, HashMap<(String, i32), CommittedOffset>> = HashMap::new();
         let mut groups: HashMap<String, Option<GroupMetadataValue>> = HashMap::new();
@@ -314,8 +356,12 @@ impl GroupCoordinator {
         }
         let now_ms = wall_clock_ms();
         let mut state = self.state.borrow_mut();
-        let Some(known) = state.partitions.get_mut(&partition) else {
-            return; // unloaded while loading
+        let Some(known) = state
+            .partitions
+            .get_mut(&partition)
+            .filter(|p| p.load_id == load_id)
+        else {
+            return; // lost (and perhaps taken again) while loading
         };
         known.loaded = true;
         let mut loaded_groups = 0usize;
@@ -480,6 +526,7 @@ impl GroupCoordinator {
                 if group.is(GroupState::Empty)
                     && group.offsets.is_empty()
                     && group.pending_members.is_empty()
+                    && group.pending_offset_commits.is_empty()
                 {
                     let key = RecordKey::Group {
                         group: group.group_id.clone(),
@@ -533,8 +580,22 @@ impl GroupCoordinator {
             return fail(code);
         }
         let group_id = request.group_id.to_string();
-        if group_id.is_empty() {
+        if group_id.is_empty() || group_id.len() > MAX_RECORD_STRING_BYTES {
             return fail(error_code::INVALID_GROUP_ID);
+        }
+        // What goes into the group's metadata record must fit its strings.
+        let too_long = [
+            Some(request.member_id.as_str()),
+            request.group_instance_id.as_deref(),
+            Some(request.protocol_type.as_str()),
+            Some(client_id.as_str()),
+        ]
+        .into_iter()
+        .flatten()
+        .chain(request.protocols.iter().map(|p| p.name.as_str()))
+        .any(|s| s.len() > MAX_RECORD_STRING_BYTES);
+        if too_long {
+            return fail(error_code::INVALID_REQUEST);
         }
         let session_timeout_ms = request.session_timeout_ms;
         if session_timeout_ms < self.config.min_session_timeout_ms
@@ -602,7 +663,12 @@ impl GroupCoordinator {
                 member_id.clone()
             };
             if let Some(instance) = &instance {
-                if let Some(old_id) = group.static_members.get(instance).cloned() {
+                let old_id = group
+                    .static_members
+                    .get(instance)
+                    .filter(|old_id| group.members.contains_key(*old_id))
+                    .cloned();
+                if let Some(old_id) = old_id {
                     return self.replace_static_member(
                         group,
                         &old_id,
@@ -623,17 +689,17 @@ impl GroupCoordinator {
             }
             let mut member = new_member(id);
             member.awaiting_join = Some(reply);
+            // Extends a running initial delay (Kafka's InitialDelayedJoin).
+            if group.is(GroupState::PreparingRebalance) && group.generation_id == 0 {
+                group.new_member_added = true;
+            }
             group.add_member(member);
-            group.new_member_added = true;
             group.maybe_prepare_rebalance(self.config.initial_rebalance_delay_ms, now_ms);
             self.settle(group, now_ms);
             return JoinStep::Wait(answer);
         }
-        if !known {
-            return fail(error_code::UNKNOWN_MEMBER_ID);
-        }
-        if group.is_static_member_fenced(&member_id, instance.as_deref()) {
-            return fail(error_code::FENCED_INSTANCE_ID);
+        if let Err(code) = group.validate_current_member(&member_id, instance.as_deref()) {
+            return fail(code);
         }
         if !group.supports_protocols(&protocol_type, &protocols) && group.members.len() > 1 {
             return fail(error_code::INCONSISTENT_GROUP_PROTOCOL);
@@ -729,7 +795,11 @@ impl GroupCoordinator {
         let (answer, store) = {
             let mut state = self.state.borrow_mut();
             if let Err(code) = state.check_partition(partition) {
-                return sync_error(code);
+                // As Kafka: a loading coordinator makes the member rejoin.
+                return sync_error(match code {
+                    error_code::COORDINATOR_LOAD_IN_PROGRESS => error_code::REBALANCE_IN_PROGRESS,
+                    code => code,
+                });
             }
             let Some(group) = state.groups.get_mut(&group_id) else {
                 return sync_error(error_code::UNKNOWN_MEMBER_ID);
@@ -738,11 +808,8 @@ impl GroupCoordinator {
             if group.is(GroupState::Dead) {
                 return sync_error(error_code::COORDINATOR_NOT_AVAILABLE);
             }
-            if !group.members.contains_key(&member_id) {
-                return sync_error(error_code::UNKNOWN_MEMBER_ID);
-            }
-            if group.is_static_member_fenced(&member_id, instance.as_deref()) {
-                return sync_error(error_code::FENCED_INSTANCE_ID);
+            if let Err(code) = group.validate_current_member(&member_id, instance.as_deref()) {
+                return sync_error(code);
             }
             if request.generation_id != group.generation_id {
                 return sync_error(error_code::ILLEGAL_GENERATION);
@@ -814,11 +881,14 @@ impl GroupCoordinator {
                                     .cloned()
                                     .unwrap_or_default();
                             }
-                            group.transition_to(GroupState::Stable, wall_clock_ms());
+                            let now_ms = wall_clock_ms();
+                            group.transition_to(GroupState::Stable, now_ms);
                             let protocol_type = group.protocol_type.clone();
                             let protocol_name = group.protocol_name.clone();
                             for member in group.members.values_mut() {
                                 if let Some(reply) = member.awaiting_sync.take() {
+                                    // Answered: its session runs from now.
+                                    member.last_heartbeat_ms = now_ms;
                                     let _ = reply.send(
                                         SyncGroupResponse::default()
                                             .with_protocol_type(
@@ -834,15 +904,17 @@ impl GroupCoordinator {
                         }
                         Err(code) => {
                             let code = store_error(code);
+                            let now_ms = wall_clock_ms();
                             for member in group.members.values_mut() {
                                 member.assignment = Bytes::new();
                                 if let Some(reply) = member.awaiting_sync.take() {
+                                    member.last_heartbeat_ms = now_ms;
                                     let _ = reply.send(sync_error(code));
                                 }
                             }
                             group.maybe_prepare_rebalance(
                                 self.config.initial_rebalance_delay_ms,
-                                wall_clock_ms(),
+                                now_ms,
                             );
                         }
                     }
@@ -876,30 +948,30 @@ impl GroupCoordinator {
         generation_id: i32,
     ) -> i16 {
         let mut state = self.state.borrow_mut();
-        if let Err(code) = state.check_partition(partition) {
-            return code;
+        match state.check_partition(partition) {
+            // As Kafka: a member heartbeating a loading coordinator carries on.
+            Err(error_code::COORDINATOR_LOAD_IN_PROGRESS) => return error_code::NONE,
+            Err(code) => return code,
+            Ok(()) => {}
         }
         let Some(group) = state.groups.get_mut(group_id) else {
             return error_code::UNKNOWN_MEMBER_ID;
         };
-        if group.is(GroupState::Dead) {
-            return error_code::COORDINATOR_NOT_AVAILABLE;
+        match group.state {
+            GroupState::Dead => return error_code::COORDINATOR_NOT_AVAILABLE,
+            GroupState::Empty => return error_code::UNKNOWN_MEMBER_ID,
+            _ => {}
         }
-        if group.is_static_member_fenced(member_id, group_instance_id) {
-            return error_code::FENCED_INSTANCE_ID;
+        if let Err(code) = group.validate_current_member(member_id, group_instance_id) {
+            return code;
         }
-        let generation = group.generation_id;
+        if generation_id != group.generation_id {
+            return error_code::ILLEGAL_GENERATION;
+        }
         let preparing = group.is(GroupState::PreparingRebalance);
-        let empty = group.is(GroupState::Empty);
         let Some(member) = group.members.get_mut(member_id) else {
             return error_code::UNKNOWN_MEMBER_ID;
         };
-        if empty {
-            return error_code::UNKNOWN_MEMBER_ID;
-        }
-        if generation_id != generation {
-            return error_code::ILLEGAL_GENERATION;
-        }
         member.last_heartbeat_ms = wall_clock_ms();
         if preparing {
             error_code::REBALANCE_IN_PROGRESS
@@ -973,7 +1045,7 @@ impl GroupCoordinator {
             if let Err(code) = state.check_partition(partition) {
                 return vec![code; count];
             }
-            if group_id.is_empty() {
+            if group_id.is_empty() || group_id.len() > MAX_RECORD_STRING_BYTES {
                 return vec![error_code::INVALID_GROUP_ID; count];
             }
             let group = match state.groups.get_mut(group_id) {
@@ -985,20 +1057,29 @@ impl GroupCoordinator {
                     .or_insert_with(|| Group::new(group_id.to_owned(), partition, now_ms)),
                 None => return vec![error_code::ILLEGAL_GENERATION; count],
             };
+            // Kafka's validateOffsetCommit: a member is checked as a member;
+            // a commit without one (generation -1, no member id) only goes
+            // into an empty group.
+            let names_member = params.generation_id >= 0
+                || !params.member_id.is_empty()
+                || params.group_instance_id.is_some();
             let code = if group.is(GroupState::Dead) {
                 error_code::COORDINATOR_NOT_AVAILABLE
-            } else if group
-                .is_static_member_fenced(&params.member_id, params.group_instance_id.as_deref())
-            {
-                error_code::FENCED_INSTANCE_ID
-            } else if params.generation_id < 0 && group.is(GroupState::Empty) {
-                error_code::NONE
-            } else if group.is(GroupState::CompletingRebalance) {
-                error_code::REBALANCE_IN_PROGRESS
-            } else if !group.members.contains_key(&params.member_id) {
+            } else if names_member {
+                match group
+                    .validate_current_member(&params.member_id, params.group_instance_id.as_deref())
+                {
+                    Err(code) => code,
+                    Ok(()) if params.generation_id != group.generation_id => {
+                        error_code::ILLEGAL_GENERATION
+                    }
+                    Ok(()) if group.is(GroupState::CompletingRebalance) => {
+                        error_code::REBALANCE_IN_PROGRESS
+                    }
+                    Ok(()) => error_code::NONE,
+                }
+            } else if !group.is(GroupState::Empty) {
                 error_code::UNKNOWN_MEMBER_ID
-            } else if params.generation_id != group.generation_id {
-                error_code::ILLEGAL_GENERATION
             } else {
                 error_code::NONE
             };
@@ -1017,7 +1098,12 @@ impl GroupCoordinator {
                     metadata,
                 } = commit;
                 let metadata = metadata.unwrap_or_default();
-                if metadata.len() > self.config.offset_metadata_max_bytes {
+                if metadata.len()
+                    > self
+                        .config
+                        .offset_metadata_max_bytes
+                        .min(MAX_RECORD_STRING_BYTES)
+                {
                     errors[i] = error_code::OFFSET_METADATA_TOO_LARGE;
                     continue;
                 }
@@ -1041,24 +1127,33 @@ impl GroupCoordinator {
         if records.is_empty() {
             return errors;
         }
-        match self.append(partition, records).await {
-            Ok(()) => {
-                let mut state = self.state.borrow_mut();
-                if let Some(group) = state.groups.get_mut(group_id) {
-                    for (_, key, value) in committed {
-                        group.offsets.insert(key, value);
+        if let Some(group) = self.state.borrow_mut().groups.get_mut(group_id) {
+            for (_, key, _) in &committed {
+                *group.pending_offset_commits.entry(key.clone()).or_default() += 1;
+            }
+        }
+        let stored = self.append(partition, records).await;
+        if let Some(group) = self.state.borrow_mut().groups.get_mut(group_id) {
+            for (_, key, value) in &committed {
+                if let Some(pending) = group.pending_offset_commits.get_mut(key) {
+                    *pending -= 1;
+                    if *pending == 0 {
+                        group.pending_offset_commits.remove(key);
                     }
                 }
-            }
-            Err(code) => {
-                let code = match code {
-                    // MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE, INVALID_FETCH_SIZE
-                    10 | 18 | 4 => error_code::INVALID_COMMIT_OFFSET_SIZE,
-                    other => store_error(other),
-                };
-                for (i, _, _) in committed {
-                    errors[i] = code;
+                if stored.is_ok() {
+                    group.offsets.insert(key.clone(), value.clone());
                 }
+            }
+        }
+        if let Err(code) = stored {
+            let code = match code {
+                // MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE, INVALID_FETCH_SIZE
+                10 | 18 | 4 => error_code::INVALID_COMMIT_OFFSET_SIZE,
+                other => store_error(other),
+            };
+            for (i, _, _) in committed {
+                errors[i] = code;
             }
         }
         errors
@@ -1148,11 +1243,11 @@ impl GroupCoordinator {
     /// metadata are deleted with tombstones.
     pub async fn delete_group(&self, partition: i32, group_id: &str) -> i16 {
         let records = {
-            let state = self.state.borrow();
+            let mut state = self.state.borrow_mut();
             if let Err(code) = state.check_partition(partition) {
                 return code;
             }
-            let Some(group) = state.groups.get(group_id) else {
+            let Some(group) = state.groups.get_mut(group_id) else {
                 return error_code::GROUP_ID_NOT_FOUND;
             };
             match group.state {
@@ -1160,6 +1255,8 @@ impl GroupCoordinator {
                 GroupState::Empty => {}
                 _ => return error_code::NON_EMPTY_GROUP,
             }
+            // Dead while the tombstones are written: no join or commit gets in.
+            group.transition_to(GroupState::Dead, wall_clock_ms());
             let mut records: Vec<OffsetsRecord> = group
                 .offsets
                 .keys()
@@ -1181,18 +1278,20 @@ impl GroupCoordinator {
             ));
             records
         };
-        if let Err(code) = self.append(partition, records).await {
-            return store_error(code);
-        }
+        let stored = self.append(partition, records).await;
         let mut state = self.state.borrow_mut();
-        if state
-            .groups
-            .get(group_id)
-            .is_some_and(|g| g.is(GroupState::Empty))
-        {
-            state.groups.remove(group_id);
+        match stored {
+            Ok(()) => {
+                state.groups.remove(group_id);
+                error_code::NONE
+            }
+            Err(code) => {
+                if let Some(group) = state.groups.get_mut(group_id) {
+                    group.transition_to(GroupState::Empty, wall_clock_ms());
+                }
+                store_error(code)
+            }
         }
-        error_code::NONE
     }
 
     /// OffsetDelete: the group-level error, and each partition's.
@@ -1217,16 +1316,17 @@ impl GroupCoordinator {
             else {
                 return (error_code::GROUP_ID_NOT_FOUND, Vec::new());
             };
+            // None: a consumer group whose subscriptions cannot be read
+            // counts as subscribed to everything, as in Kafka.
             let subscribed = if group.is(GroupState::Empty) {
-                Default::default()
+                Some(Default::default())
+            } else if group.protocol_type.as_deref() == Some(CONSUMER_PROTOCOL_TYPE) {
+                group.subscribed_topics()
             } else {
-                match group.subscribed_topics() {
-                    Some(topics) => topics,
-                    None => return (error_code::NON_EMPTY_GROUP, Vec::new()),
-                }
+                return (error_code::NON_EMPTY_GROUP, Vec::new());
             };
             for (i, (topic, index)) in partitions.into_iter().enumerate() {
-                if subscribed.contains(&topic) {
+                if subscribed.as_ref().is_none_or(|s| s.contains(&topic)) {
                     errors[i] = error_code::GROUP_SUBSCRIBED_TO_TOPIC;
                     continue;
                 }

@@ -106,6 +106,9 @@ pub struct Group {
     /// deadline by which they must join with it.
     pub pending_members: HashMap<String, i64>,
     pub offsets: HashMap<(String, i32), CommittedOffset>,
+    /// Commits being appended, per partition: expiry and deletion leave
+    /// those partitions (and the group) alone until they land.
+    pub pending_offset_commits: HashMap<(String, i32), usize>,
     /// When a PreparingRebalance gives up on members that did not rejoin.
     pub rebalance_deadline_ms: i64,
     pub initial_delay: Option<InitialDelay>,
@@ -127,6 +130,7 @@ impl Group {
             static_members: HashMap::new(),
             pending_members: HashMap::new(),
             offsets: HashMap::new(),
+            pending_offset_commits: HashMap::new(),
             rebalance_deadline_ms: 0,
             initial_delay: None,
             new_member_added: false,
@@ -216,14 +220,23 @@ impl Group {
         self.state_timestamp_ms = now_ms;
     }
 
-    /// A request naming a static member's instance with another member id
-    /// comes from a fenced (replaced) instance: FENCED_INSTANCE_ID.
-    pub fn is_static_member_fenced(&self, member_id: &str, instance: Option<&str>) -> bool {
-        instance.is_some_and(|instance| {
-            self.static_members
-                .get(instance)
-                .is_some_and(|known| known != member_id)
-        })
+    /// Kafka's `validateCurrentMember`: a static member is checked by its
+    /// instance (unknown: UNKNOWN_MEMBER_ID; another id holds it:
+    /// FENCED_INSTANCE_ID), a dynamic one by its id.
+    pub fn validate_current_member(
+        &self,
+        member_id: &str,
+        instance: Option<&str>,
+    ) -> Result<(), i16> {
+        match instance {
+            Some(instance) => match self.static_members.get(instance) {
+                None => Err(error_code::UNKNOWN_MEMBER_ID),
+                Some(known) if known != member_id => Err(error_code::FENCED_INSTANCE_ID),
+                Some(_) => Ok(()),
+            },
+            None if self.members.contains_key(member_id) => Ok(()),
+            None => Err(error_code::UNKNOWN_MEMBER_ID),
+        }
     }
 
     /// Protocols every current member supports, in the first member's order.
@@ -332,6 +345,7 @@ impl Group {
             for member in self.members.values_mut() {
                 member.assignment = Bytes::new();
                 if let Some(reply) = member.awaiting_sync.take() {
+                    member.last_heartbeat_ms = now_ms;
                     let _ = reply.send(sync_error(error_code::REBALANCE_IN_PROGRESS));
                 }
             }
@@ -500,6 +514,12 @@ impl Group {
     /// standalone committers' per commit; an active consumer group's only for
     /// topics no member subscribes to. An explicit expire timestamp wins.
     pub fn expired_offsets(&self, retention_ms: i64, now_ms: i64) -> Vec<(String, i32)> {
+        if matches!(
+            self.state,
+            GroupState::PreparingRebalance | GroupState::CompletingRebalance
+        ) {
+            return Vec::new();
+        }
         let subscribed = self.subscribed_topics();
         let base = |offset: &CommittedOffset| -> Option<i64> {
             match (&self.protocol_type, self.state) {
@@ -513,6 +533,7 @@ impl Group {
         };
         self.offsets
             .iter()
+            .filter(|(key, _)| !self.pending_offset_commits.contains_key(*key))
             .filter(|((topic, _), offset)| {
                 if self.is(GroupState::Stable)
                     && subscribed.as_ref().is_some_and(|s| s.contains(topic))

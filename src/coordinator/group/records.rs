@@ -69,6 +69,10 @@ impl std::fmt::Display for RecordError {
 // ---- writing ----
 
 fn put_string(out: &mut Vec<u8>, value: &str) {
+    assert!(
+        value.len() <= i16::MAX as usize,
+        "the coordinator bounds record strings"
+    );
     out.extend_from_slice(&(value.len() as i16).to_be_bytes());
     out.extend_from_slice(value.as_bytes());
 }
