@@ -1,0 +1,386 @@
+//! ringbroker against Apache Kafka on this machine, one run: the same
+//! librdkafka client, the same topics, each workload alternating between the
+//! two brokers, every broker started fresh. Writes a report to bench/results/.
+//!
+//! bench/run (fetches Kafka's jars from Maven Central, builds, then runs this)
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use bench::brokers::{self, BrokerKind, BrokerSources, RssSampler};
+use bench::report::{self, Metrics};
+use bench::workloads::{self, latency_ms, ProduceSpec};
+use clap::Parser;
+
+#[derive(Parser)]
+struct Args {
+    /// Scratch directory for the brokers' data (emptied per run).
+    #[arg(long, default_value = "bench/work")]
+    work_dir: PathBuf,
+    /// Where the report goes.
+    #[arg(long, default_value = "bench/results")]
+    results_dir: PathBuf,
+    #[arg(long, default_value = "target/release/ringbroker")]
+    ringbroker_bin: PathBuf,
+    #[arg(long, default_value = "tests/support/kafka/kafka-run-class.sh")]
+    kafka_run_class: PathBuf,
+    /// Runs of every workload per broker; medians are reported.
+    #[arg(long, default_value_t = 3)]
+    repeat: usize,
+    /// W1: 1 KiB records produced (2.2M: a little over 2 GiB, read back by W3).
+    #[arg(long, default_value_t = 2_200_000)]
+    w1_records: u64,
+    /// W2: seconds at the fixed rate.
+    #[arg(long, default_value_t = 20)]
+    w2_seconds: u64,
+    /// W4: 100-byte records produced over 1000 partitions.
+    #[arg(long, default_value_t = 1_000_000)]
+    w4_records: u64,
+}
+
+const MIB: f64 = 1024.0 * 1024.0;
+const GIB: f64 = 1024.0 * MIB;
+/// How long a broker sits idle before its idle memory is read.
+const IDLE_SETTLE: Duration = Duration::from_secs(3);
+
+fn mb_per_s(bytes: u64, elapsed: Duration) -> f64 {
+    bytes as f64 / 1e6 / elapsed.as_secs_f64()
+}
+
+/// Broker CPU seconds spent per GiB moved.
+fn cpu_per_gib(cpu_seconds: f64, bytes: u64) -> f64 {
+    cpu_seconds / (bytes as f64 / GIB)
+}
+
+/// W5, W1, W3 and W4 on a fresh broker.
+fn throughput_run(
+    args: &Args,
+    sources: &BrokerSources,
+    kind: BrokerKind,
+    progress: &str,
+) -> Metrics {
+    let mut metrics = Metrics::new();
+    let broker = brokers::start(kind, sources, &args.work_dir.join("broker"));
+    let (address, pid) = (broker.address.clone(), broker.pid());
+    metrics.insert(
+        "W5 start-up to first Metadata ms",
+        broker.startup.as_secs_f64() * 1e3,
+    );
+    std::thread::sleep(IDLE_SETTLE);
+    metrics.insert("W5 idle RSS MiB", brokers::rss_bytes(pid) as f64 / MIB);
+
+    eprintln!(
+        "{progress} {}: W1 produce {} x 1 KiB, acks=1, linger.ms=5",
+        kind.name(),
+        args.w1_records
+    );
+    workloads::create_topic(&address, "w1", 6);
+    let cpu = brokers::cpu_seconds(pid);
+    let rss = RssSampler::start(pid);
+    let w1 = workloads::produce(
+        &address,
+        &ProduceSpec {
+            topic: "w1",
+            partitions: 6,
+            records: args.w1_records,
+            value_bytes: 1024,
+            acks: "1",
+            linger_ms: 5,
+            rate: None,
+        },
+    );
+    metrics.insert("W1 broker peak RSS MiB", rss.peak_bytes() as f64 / MIB);
+    metrics.insert(
+        "W1 broker CPU-s per GiB",
+        cpu_per_gib(brokers::cpu_seconds(pid) - cpu, w1.bytes),
+    );
+    metrics.insert("W1 produce MB/s", mb_per_s(w1.bytes, w1.elapsed));
+    metrics.insert(
+        "W1 produce records/s",
+        w1.records as f64 / w1.elapsed.as_secs_f64(),
+    );
+    let ack = latency_ms(&w1.ack_latency_us);
+    metrics.insert("W1 ack latency p50 ms", ack["p50"]);
+    metrics.insert("W1 ack latency p99 ms", ack["p99"]);
+    eprintln!(
+        "{progress} {}: W1 {:.0} MB/s; W3 reading it back from the beginning",
+        kind.name(),
+        metrics["W1 produce MB/s"]
+    );
+
+    let cpu = brokers::cpu_seconds(pid);
+    let w3 = workloads::consume_from_beginning(&address, "w1", 6, w1.records);
+    metrics.insert(
+        "W3 broker CPU-s per GiB",
+        cpu_per_gib(brokers::cpu_seconds(pid) - cpu, w3.bytes),
+    );
+    metrics.insert("W3 catch-up MB/s", mb_per_s(w3.bytes, w3.elapsed));
+    metrics.insert(
+        "W3 catch-up records/s",
+        w3.records as f64 / w3.elapsed.as_secs_f64(),
+    );
+    eprintln!(
+        "{progress} {}: W3 {:.0} MB/s; W4 {} x 100 B over 1000 partitions",
+        kind.name(),
+        metrics["W3 catch-up MB/s"],
+        args.w4_records
+    );
+
+    let created = workloads::create_topic(&address, "w4", 1000);
+    metrics.insert("W4 create 1000 partitions s", created.as_secs_f64());
+    let cpu = brokers::cpu_seconds(pid);
+    let rss = RssSampler::start(pid);
+    let w4 = workloads::produce(
+        &address,
+        &ProduceSpec {
+            topic: "w4",
+            partitions: 1000,
+            records: args.w4_records,
+            value_bytes: 100,
+            acks: "1",
+            linger_ms: 5,
+            rate: None,
+        },
+    );
+    metrics.insert("W4 broker peak RSS MiB", rss.peak_bytes() as f64 / MIB);
+    metrics.insert(
+        "W4 broker CPU-s per GiB",
+        cpu_per_gib(brokers::cpu_seconds(pid) - cpu, w4.bytes),
+    );
+    metrics.insert("W4 produce MB/s", mb_per_s(w4.bytes, w4.elapsed));
+    metrics.insert(
+        "W4 produce records/s",
+        w4.records as f64 / w4.elapsed.as_secs_f64(),
+    );
+    eprintln!(
+        "{progress} {}: W4 {:.1} MB/s",
+        kind.name(),
+        metrics["W4 produce MB/s"]
+    );
+    broker.stop();
+    metrics
+}
+
+/// W2 on a fresh broker: `rate` records/s of 1 KiB, acks=all.
+fn latency_run(
+    args: &Args,
+    sources: &BrokerSources,
+    kind: BrokerKind,
+    rate: f64,
+    progress: &str,
+) -> Metrics {
+    let mut metrics = Metrics::new();
+    let broker = brokers::start(kind, sources, &args.work_dir.join("broker"));
+    let (address, pid) = (broker.address.clone(), broker.pid());
+    workloads::create_topic(&address, "w2", 6);
+    eprintln!(
+        "{progress} {}: W2 {rate:.0} records/s for {} s, acks=all",
+        kind.name(),
+        args.w2_seconds
+    );
+    let cpu = brokers::cpu_seconds(pid);
+    let (produced, consumed) = workloads::produce_and_consume(
+        &address,
+        &ProduceSpec {
+            topic: "w2",
+            partitions: 6,
+            records: (rate * args.w2_seconds as f64) as u64,
+            value_bytes: 1024,
+            acks: "all",
+            // The broker's latency, not the client's batching delay.
+            linger_ms: 0,
+            rate: Some(rate),
+        },
+    );
+    metrics.insert(
+        "W2 broker CPU-s per GiB",
+        cpu_per_gib(brokers::cpu_seconds(pid) - cpu, produced.bytes),
+    );
+    metrics.insert(
+        "W2 rate records/s",
+        produced.records as f64 / produced.elapsed.as_secs_f64(),
+    );
+    for (label, ms) in latency_ms(&consumed.end_to_end_us) {
+        let name = format!("W2 end-to-end {label} ms");
+        let key = report::METRICS
+            .iter()
+            .find(|m| m.name == name)
+            .expect("known metric")
+            .name;
+        metrics.insert(key, ms);
+    }
+    for (label, ms) in latency_ms(&produced.ack_latency_us) {
+        let name = format!("W2 ack {label} ms");
+        let key = report::METRICS
+            .iter()
+            .find(|m| m.name == name)
+            .expect("known metric")
+            .name;
+        metrics.insert(key, ms);
+    }
+    eprintln!(
+        "{progress} {}: W2 end-to-end p99.9 {:.2} ms, ack p99.9 {:.2} ms",
+        kind.name(),
+        metrics["W2 end-to-end p99.9 ms"],
+        metrics["W2 ack p99.9 ms"]
+    );
+    broker.stop();
+    metrics
+}
+
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned())
+        })
+        .unwrap_or_default();
+    let memory = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines().next().map(|l| {
+                l.split_whitespace()
+                    .nth(1)
+                    .unwrap_or("0")
+                    .parse::<f64>()
+                    .unwrap_or(0.0)
+                    / MIB
+            })
+        })
+        .unwrap_or(0.0);
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    format!(
+        "{cores} cores ({cpu}), {memory:.0} GiB memory, Linux {}",
+        kernel.trim()
+    )
+}
+
+fn main() {
+    let args = Args::parse();
+    let sources = BrokerSources {
+        ringbroker_bin: args.ringbroker_bin.clone(),
+        kafka_run_class: args.kafka_run_class.clone(),
+    };
+    assert!(
+        sources.ringbroker_bin.exists(),
+        "build ringbroker first (cargo build --release)"
+    );
+    let started = Instant::now();
+    let kinds = |repeat: usize| {
+        // Alternate which broker goes first.
+        if repeat % 2 == 0 {
+            [BrokerKind::Kafka, BrokerKind::Ringbroker]
+        } else {
+            [BrokerKind::Ringbroker, BrokerKind::Kafka]
+        }
+    };
+    let mut ours: Vec<Metrics> = Vec::new();
+    let mut theirs: Vec<Metrics> = Vec::new();
+    for repeat in 0..args.repeat {
+        for kind in kinds(repeat) {
+            let progress = format!(
+                "[{:>4.0}s run {}/{}]",
+                started.elapsed().as_secs_f64(),
+                repeat + 1,
+                args.repeat
+            );
+            let metrics = throughput_run(&args, &sources, kind, &progress);
+            match kind {
+                BrokerKind::Ringbroker => ours.push(metrics),
+                BrokerKind::Kafka => theirs.push(metrics),
+            }
+        }
+    }
+    // W2's rate: half of Kafka's W1 maximum in this run.
+    let kafka_w1: Vec<f64> = theirs.iter().map(|m| m["W1 produce records/s"]).collect();
+    let rate = report::median(&kafka_w1) / 2.0;
+    for repeat in 0..args.repeat {
+        for kind in kinds(repeat) {
+            let progress = format!(
+                "[{:>4.0}s run {}/{}]",
+                started.elapsed().as_secs_f64(),
+                repeat + 1,
+                args.repeat
+            );
+            let metrics = latency_run(&args, &sources, kind, rate, &progress);
+            let runs = match kind {
+                BrokerKind::Ringbroker => &mut ours,
+                BrokerKind::Kafka => &mut theirs,
+            };
+            runs[repeat].extend(metrics);
+        }
+    }
+    let _ = std::fs::remove_dir_all(&args.work_dir);
+
+    let (ours, theirs) = (report::medians(&ours), report::medians(&theirs));
+    let stamp = chrono_like_stamp();
+    std::fs::create_dir_all(&args.results_dir).expect("create the results directory");
+    let svg = |name: &str, body: String| {
+        let file = format!("{stamp}-{name}.svg");
+        std::fs::write(args.results_dir.join(&file), body).expect("write a chart");
+        file
+    };
+    let e2e = svg(
+        "end-to-end-latency",
+        report::latency_svg("end-to-end", &ours, &theirs),
+    );
+    let acks = svg("ack-latency", report::latency_svg("ack", &ours, &theirs));
+    let throughput = svg("throughput", report::throughput_svg(&ours, &theirs));
+    let command: Vec<String> = std::env::args().collect();
+    let markdown = format!(
+        "# ringbroker vs Apache Kafka, {stamp}\n\n\
+         Machine: {}. Both brokers on loopback, one at a time, started fresh for every run \
+         (Kafka {}: a single KRaft node with its shipped `server.properties` and the start \
+         script's JVM options, `-Xmx1G -Xms1G` G1; ringbroker with its defaults, one shard per \
+         core). Client: librdkafka {} through the rdkafka crate, on the same machine. Medians \
+         of {} runs per broker; ratio = ringbroker / Kafka.\n\n\
+         Workloads: W1 {} records of 1 KiB over 6 partitions, acks=1, linger.ms=5, as fast as \
+         the client goes; W2 {:.0} records/s of 1 KiB (half of Kafka's W1 records/s) for {} s, \
+         acks=all, linger.ms=0, latency counted from when each record was due (coordinated \
+         omission corrected), end to end read by a consumer from the end; W3 the W1 topic \
+         read back from the beginning; W4 {} records of 100 B round-robin over 1000 \
+         partitions, acks=1, linger.ms=5; W5 spawn to the first Metadata answer, and resident \
+         memory after {} s idle. CPU: the broker process's user + system time (/proc) over the \
+         workload, per GiB of values moved.\n\n{}\n\
+         ![throughput]({throughput}) ![end-to-end latency]({e2e}) ![ack latency]({acks})\n\n\
+         Command: `{}`\n",
+        machine(),
+        kafka_version(),
+        rdkafka::util::get_rdkafka_version().1,
+        args.repeat,
+        args.w1_records,
+        rate,
+        args.w2_seconds,
+        args.w4_records,
+        IDLE_SETTLE.as_secs(),
+        report::table(&ours, &theirs),
+        command.join(" ")
+    );
+    let path = args.results_dir.join(format!("{stamp}.md"));
+    std::fs::write(&path, &markdown).expect("write the report");
+    println!("{markdown}\nreport: {}", path.display());
+}
+
+/// The Kafka version the jars are (from the pom beside the run script).
+fn kafka_version() -> String {
+    std::fs::read_to_string("tests/support/kafka/pom.xml")
+        .ok()
+        .and_then(|pom| {
+            let start = pom.find("<kafka.version>")? + "<kafka.version>".len();
+            let end = pom[start..].find('<')? + start;
+            Some(pom[start..end].to_owned())
+        })
+        .unwrap_or_else(|| "4.x".into())
+}
+
+/// UTC date and time as YYYY-MM-DDTHH-MM (for file names), without a date crate.
+fn chrono_like_stamp() -> String {
+    let output = std::process::Command::new("date")
+        .args(["-u", "+%Y-%m-%dT%H-%M"])
+        .output()
+        .expect("run date");
+    String::from_utf8_lossy(&output.stdout).trim().to_owned()
+}

@@ -1,0 +1,275 @@
+//! Starting and stopping the two brokers under test on loopback, each in a
+//! fresh directory, and what the kernel says about their processes.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a broker may take to answer its first Metadata request.
+const START_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long a broker may take to stop after SIGTERM before it is killed.
+const STOP_TIMEOUT: Duration = Duration::from_secs(60);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BrokerKind {
+    Ringbroker,
+    Kafka,
+}
+
+impl BrokerKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            BrokerKind::Ringbroker => "ringbroker",
+            BrokerKind::Kafka => "Apache Kafka",
+        }
+    }
+}
+
+/// Where the brokers come from.
+pub struct BrokerSources {
+    /// The ringbroker binary (target/release/ringbroker).
+    pub ringbroker_bin: PathBuf,
+    /// tests/support/kafka/kafka-run-class.sh, with Kafka's jars fetched.
+    pub kafka_run_class: PathBuf,
+}
+
+pub struct RunningBroker {
+    pub kind: BrokerKind,
+    pub address: String,
+    child: Child,
+    /// From spawn to the first answered Metadata request.
+    pub startup: Duration,
+}
+
+impl RunningBroker {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// SIGTERM, then SIGKILL if it does not exit in time.
+    pub fn stop(mut self) {
+        // SAFETY: signalling a child we spawned and have not reaped.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        while Instant::now() < deadline {
+            if self.child.try_wait().ok().flatten().is_some() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Kafka 4's shipped `config/server.properties` (single KRaft node, broker and
+/// controller in one process), with this run's ports and directory.
+fn kafka_server_properties(port: u16, controller_port: u16, log_dir: &Path) -> String {
+    format!(
+        "process.roles=broker,controller
+node.id=1
+controller.quorum.bootstrap.servers=127.0.0.1:{controller_port}
+listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}
+inter.broker.listener.name=PLAINTEXT
+advertised.listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL
+num.network.threads=3
+num.io.threads=8
+socket.send.buffer.bytes=102400
+socket.receive.buffer.bytes=102400
+socket.request.max.bytes=104857600
+log.dirs={}
+num.partitions=1
+num.recovery.threads.per.data.dir=1
+offsets.topic.replication.factor=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+log.retention.hours=168
+log.segment.bytes=1073741824
+log.retention.check.interval.ms=300000
+",
+        log_dir.display()
+    )
+}
+
+/// The JVM options Kafka's start scripts set: kafka-server-start.sh's heap,
+/// kafka-run-class.sh's G1 settings.
+const KAFKA_HEAP_OPTS: &str = "-Xmx1G -Xms1G";
+const KAFKA_JVM_PERFORMANCE_OPTS: &str = "-server -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
+     -XX:InitiatingHeapOccupancyPercent=35 -XX:+ExplicitGCInvokesConcurrent \
+     -XX:MaxInlineLevel=15 -Djava.awt.headless=true";
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind an ephemeral port")
+        .local_addr()
+        .expect("local address")
+        .port()
+}
+
+/// Starts `kind` in a fresh `dir` on a free loopback port and waits for its
+/// first Metadata answer.
+pub fn start(kind: BrokerKind, sources: &BrokerSources, dir: &Path) -> RunningBroker {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).expect("create the broker directory");
+    let port = free_port();
+    let log = std::fs::File::create(dir.join("broker.log")).expect("create broker.log");
+    let mut command = match kind {
+        BrokerKind::Ringbroker => {
+            let config = dir.join("server.properties");
+            std::fs::write(
+                &config,
+                format!(
+                    "broker.id=0\nlisteners=PLAINTEXT://127.0.0.1:{port}\nlog.dirs={}\n\
+                     offsets.topic.replication.factor=1\n",
+                    dir.join("data").display()
+                ),
+            )
+            .expect("write server.properties");
+            let mut command = Command::new(&sources.ringbroker_bin);
+            command.arg("start").arg(config);
+            command
+        }
+        BrokerKind::Kafka => {
+            let config = dir.join("server.properties");
+            std::fs::write(
+                &config,
+                kafka_server_properties(port, free_port(), &dir.join("data")),
+            )
+            .expect("write server.properties");
+            let format = Command::new(&sources.kafka_run_class)
+                .args(["kafka.tools.StorageTool", "format", "--standalone"])
+                .args(["--cluster-id", "q1Sh-9_ISia_zwGINzRvyQ", "--config"])
+                .arg(&config)
+                .output()
+                .expect("run kafka-storage format");
+            assert!(
+                format.status.success(),
+                "kafka-storage format failed: {}",
+                String::from_utf8_lossy(&format.stderr)
+            );
+            let mut command = Command::new(&sources.kafka_run_class);
+            command
+                .env(
+                    "KAFKA_HEAP_OPTS",
+                    format!("{KAFKA_HEAP_OPTS} {KAFKA_JVM_PERFORMANCE_OPTS}"),
+                )
+                .arg("kafka.Kafka")
+                .arg(config);
+            command
+        }
+    };
+    let started = Instant::now();
+    let child = command
+        .stdout(Stdio::from(log.try_clone().expect("clone the log handle")))
+        .stderr(Stdio::from(log))
+        .spawn()
+        .expect("spawn the broker");
+    let mut broker = RunningBroker {
+        kind,
+        address: format!("127.0.0.1:{port}"),
+        child,
+        startup: Duration::ZERO,
+    };
+    while !answers_metadata(&broker.address) {
+        if let Ok(Some(status)) = broker.child.try_wait() {
+            panic!(
+                "{} exited while starting ({status}); see {}",
+                kind.name(),
+                dir.join("broker.log").display()
+            );
+        }
+        assert!(
+            started.elapsed() < START_TIMEOUT,
+            "{} did not answer within {START_TIMEOUT:?}",
+            kind.name()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    broker.startup = started.elapsed();
+    broker
+}
+
+/// Sends a Metadata v0 request for every topic; true once any answer comes.
+fn answers_metadata(address: &str) -> bool {
+    let Ok(mut stream) = TcpStream::connect(address) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    // api key 3, version 0, correlation id 1, client id "bench", no topics.
+    let mut body = Vec::new();
+    body.extend_from_slice(&3i16.to_be_bytes());
+    body.extend_from_slice(&0i16.to_be_bytes());
+    body.extend_from_slice(&1i32.to_be_bytes());
+    body.extend_from_slice(&5i16.to_be_bytes());
+    body.extend_from_slice(b"bench");
+    body.extend_from_slice(&0i32.to_be_bytes());
+    let mut frame = (body.len() as i32).to_be_bytes().to_vec();
+    frame.extend_from_slice(&body);
+    let mut size = [0u8; 4];
+    stream.write_all(&frame).is_ok() && stream.read_exact(&mut size).is_ok()
+}
+
+/// CPU time (user + system) a process has used, in seconds.
+pub fn cpu_seconds(pid: u32) -> f64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    // Fields after the command (which may hold spaces) in parentheses.
+    let rest = &stat[stat.rfind(')').map_or(0, |i| i + 2)..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = fields.get(11).and_then(|f| f.parse().ok()).unwrap_or(0)
+        + fields.get(12).and_then(|f| f.parse().ok()).unwrap_or(0);
+    // SAFETY: sysconf has no preconditions.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    ticks as f64 / per_second
+}
+
+/// Resident memory of a process, in bytes.
+pub fn rss_bytes(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kib| kib.parse::<u64>().ok())
+        })
+        .map_or(0, |kib| kib * 1024)
+}
+
+/// Samples a process's resident memory every 50 ms until dropped; keeps the peak.
+pub struct RssSampler {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<u64>>,
+}
+
+impl RssSampler {
+    pub fn start(pid: u32) -> Self {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut peak = 0;
+            while !stopped.load(std::sync::atomic::Ordering::Acquire) {
+                peak = peak.max(rss_bytes(pid));
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            peak.max(rss_bytes(pid))
+        });
+        Self {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    pub fn peak_bytes(mut self) -> u64 {
+        self.stop.store(true, std::sync::atomic::Ordering::Release);
+        self.thread.take().map_or(0, |t| t.join().unwrap_or(0))
+    }
+}

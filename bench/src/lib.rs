@@ -1,0 +1,6 @@
+//! ringbroker's benchmarks: the brokers under test, the workloads that drive
+//! them through librdkafka, and the side-by-side report.
+
+pub mod brokers;
+pub mod report;
+pub mod workloads;

@@ -1,0 +1,321 @@
+//! The workloads, driven through librdkafka (the rdkafka crate) so that the
+//! broker is the only difference between the two runs.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use hdrhistogram::Histogram;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
+
+/// Latencies are recorded in microseconds, up to an hour, 3 significant digits.
+pub fn new_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("histogram bounds")
+}
+
+fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_nanos() as u64
+}
+
+/// Counts acknowledgements and records each one's latency from the time the
+/// record was due (its delivery opaque, in ns since the epoch).
+struct AckContext {
+    acked: AtomicU64,
+    failed: AtomicU64,
+    latency_us: Mutex<Histogram<u64>>,
+}
+
+impl ClientContext for AckContext {}
+
+impl ProducerContext for AckContext {
+    type DeliveryOpaque = usize;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, due_ns: usize) {
+        match result {
+            Ok(_) => {
+                let latency_us = now_ns().saturating_sub(due_ns as u64) / 1_000;
+                let _ = self.latency_us.lock().unwrap().record(latency_us.max(1));
+                self.acked.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(_) => {
+                self.failed.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// What a produce workload measured.
+pub struct ProduceOutcome {
+    pub records: u64,
+    pub bytes: u64,
+    pub elapsed: Duration,
+    pub ack_latency_us: Histogram<u64>,
+}
+
+pub struct ProduceSpec<'a> {
+    pub topic: &'a str,
+    pub partitions: i32,
+    pub records: u64,
+    pub value_bytes: usize,
+    pub acks: &'a str,
+    pub linger_ms: u32,
+    /// None: as fast as the producer's queue allows; Some: records per second.
+    pub rate: Option<f64>,
+}
+
+fn producer(address: &str, spec: &ProduceSpec<'_>) -> ThreadedProducer<AckContext> {
+    ClientConfig::new()
+        .set("bootstrap.servers", address)
+        .set("acks", spec.acks)
+        .set("linger.ms", spec.linger_ms.to_string())
+        .set("queue.buffering.max.kbytes", "1048576")
+        .create_with_context(AckContext {
+            acked: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            latency_us: Mutex::new(new_histogram()),
+        })
+        .expect("create the producer")
+}
+
+/// Produces `records` values round-robin over the partitions; each value
+/// starts with the time it was due (ns since the epoch), for end-to-end latency.
+pub fn produce(address: &str, spec: &ProduceSpec<'_>) -> ProduceOutcome {
+    let producer = producer(address, spec);
+    let mut value = vec![b'x'; spec.value_bytes.max(8)];
+    let started = Instant::now();
+    let start_ns = now_ns();
+    for i in 0..spec.records {
+        let due_ns = match spec.rate {
+            // Coordinated omission: latency counts from when a record was due,
+            // not from when a late producer got round to sending it.
+            Some(rate) => {
+                let due = start_ns + (i as f64 * 1e9 / rate) as u64;
+                // Sleep rather than spin: the brokers share these cores.
+                let wait_ns = due.saturating_sub(now_ns());
+                if wait_ns > 50_000 {
+                    std::thread::sleep(Duration::from_nanos(wait_ns));
+                }
+                due
+            }
+            None => now_ns(),
+        };
+        value[..8].copy_from_slice(&due_ns.to_be_bytes());
+        let partition = (i % spec.partitions as u64) as i32;
+        let mut record = BaseRecord::<(), [u8], usize>::with_opaque_to(spec.topic, due_ns as usize)
+            .partition(partition)
+            .payload(&value);
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                    record = back;
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+                Err((error, _)) => panic!("produce failed: {error}"),
+            }
+        }
+    }
+    producer
+        .flush(Duration::from_secs(300))
+        .expect("every record acknowledged");
+    let elapsed = started.elapsed();
+    let context = producer.context();
+    assert_eq!(
+        context.failed.load(Ordering::Relaxed),
+        0,
+        "failed deliveries"
+    );
+    let records = context.acked.load(Ordering::Relaxed);
+    let ack_latency_us = context.latency_us.lock().unwrap().clone();
+    ProduceOutcome {
+        records,
+        bytes: records * spec.value_bytes as u64,
+        elapsed,
+        ack_latency_us,
+    }
+}
+
+/// What a consume workload measured.
+pub struct ConsumeOutcome {
+    pub records: u64,
+    pub bytes: u64,
+    pub elapsed: Duration,
+    /// From each record's due time to its arrival, in µs.
+    pub end_to_end_us: Histogram<u64>,
+}
+
+/// A consumer assigned every partition of `topic`, from the beginning or,
+/// with `from_end`, from each partition's current end.
+fn consumer(address: &str, topic: &str, partitions: i32, from_end: bool) -> BaseConsumer {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", address)
+        .set("group.id", "bench")
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "false")
+        .create()
+        .expect("create the consumer");
+    let mut assignment = TopicPartitionList::new();
+    for partition in 0..partitions {
+        let from = if from_end {
+            let (_, high) = consumer
+                .fetch_watermarks(topic, partition, Duration::from_secs(30))
+                .expect("the partition's end");
+            Offset::Offset(high)
+        } else {
+            Offset::Beginning
+        };
+        assignment
+            .add_partition_offset(topic, partition, from)
+            .expect("assign");
+    }
+    consumer.assign(&assignment).expect("assign");
+    consumer
+}
+
+/// Reads `records` records from the beginning of every partition.
+pub fn consume_from_beginning(
+    address: &str,
+    topic: &str,
+    partitions: i32,
+    records: u64,
+) -> ConsumeOutcome {
+    let consumer = consumer(address, topic, partitions, false);
+    let started = Instant::now();
+    let (mut read, mut bytes) = (0u64, 0u64);
+    let deadline = started + Duration::from_secs(600);
+    while read < records {
+        assert!(
+            Instant::now() < deadline,
+            "catch-up stalled at {read} records"
+        );
+        if let Some(message) = consumer.poll(Duration::from_millis(100)) {
+            let message = message.expect("consume");
+            read += 1;
+            bytes += message.payload_len() as u64;
+        }
+    }
+    ConsumeOutcome {
+        records: read,
+        bytes,
+        elapsed: started.elapsed(),
+        end_to_end_us: new_histogram(),
+    }
+}
+
+/// A consumer reading from the end while a fixed-rate producer runs; returns
+/// both sides' measurements.
+pub fn produce_and_consume(
+    address: &str,
+    spec: &ProduceSpec<'_>,
+) -> (ProduceOutcome, ConsumeOutcome) {
+    let consumer = consumer(address, spec.topic, spec.partitions, true);
+    let done = Arc::new(AtomicBool::new(false));
+    let expected = spec.records;
+    let reader_done = done.clone();
+    let reader = std::thread::spawn(move || {
+        let mut end_to_end_us = new_histogram();
+        let (mut read, mut bytes) = (0u64, 0u64);
+        let started = Instant::now();
+        let deadline = Instant::now() + Duration::from_secs(600);
+        while read < expected && Instant::now() < deadline {
+            if let Some(Ok(message)) = consumer.poll(Duration::from_millis(100)) {
+                let payload = message.payload().unwrap_or_default();
+                if payload.len() >= 8 {
+                    let due_ns = u64::from_be_bytes(payload[..8].try_into().unwrap());
+                    let latency_us = now_ns().saturating_sub(due_ns) / 1_000;
+                    let _ = end_to_end_us.record(latency_us.max(1));
+                }
+                read += 1;
+                bytes += payload.len() as u64;
+            }
+            if reader_done.load(Ordering::Acquire) && read >= expected {
+                break;
+            }
+        }
+        ConsumeOutcome {
+            records: read,
+            bytes,
+            elapsed: started.elapsed(),
+            end_to_end_us,
+        }
+    });
+    let produced = produce(address, spec);
+    done.store(true, Ordering::Release);
+    let consumed = reader.join().expect("the reader thread");
+    assert_eq!(consumed.records, produced.records, "every record read back");
+    (produced, consumed)
+}
+
+/// Creates a topic (replication factor 1), waiting for the answer.
+pub fn create_topic(address: &str, topic: &str, partitions: i32) -> Duration {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", address)
+        .create()
+        .expect("create the admin client");
+    let started = Instant::now();
+    let results = futures_lite::future::block_on(admin.create_topics(
+        &[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))],
+        &AdminOptions::new().operation_timeout(Some(Duration::from_secs(120))),
+    ))
+    .expect("CreateTopics");
+    for result in results {
+        result.unwrap_or_else(|(name, error)| panic!("creating {name}: {error}"));
+    }
+    // Leaders known to a fresh client: every partition ready to take records.
+    let probe: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", address)
+        .create()
+        .expect("create a metadata client");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let ready = probe
+            .fetch_metadata(Some(topic), Duration::from_secs(10))
+            .ok()
+            .and_then(|m| {
+                m.topics().first().map(|t| {
+                    t.partitions().len() == partitions as usize
+                        && t.partitions().iter().all(|p| p.leader() >= 0)
+                })
+            })
+            .unwrap_or(false);
+        if ready {
+            return started.elapsed();
+        }
+        assert!(Instant::now() < deadline, "{topic} never got its leaders");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Percentiles reported for latencies, with their labels.
+pub const PERCENTILES: &[(&str, f64)] = &[
+    ("p50", 50.0),
+    ("p99", 99.0),
+    ("p99.9", 99.9),
+    ("p99.99", 99.99),
+    ("max", 100.0),
+];
+
+/// The percentiles of a histogram in milliseconds, by label.
+pub fn latency_ms(histogram: &Histogram<u64>) -> HashMap<&'static str, f64> {
+    PERCENTILES
+        .iter()
+        .map(|(label, q)| {
+            let us = if *q >= 100.0 {
+                histogram.max()
+            } else {
+                histogram.value_at_quantile(q / 100.0)
+            };
+            (*label, us as f64 / 1_000.0)
+        })
+        .collect()
+}
