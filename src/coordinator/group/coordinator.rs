@@ -504,6 +504,9 @@ impl GroupCoordinator {
                             remaining_ms: delay.remaining_ms - next,
                         })
                     } else {
+                        // Over: the join phase ends now, as Kafka's
+                        // InitialDelayedJoin ends it, pending ids or not.
+                        group.rebalance_deadline_ms = now_ms;
                         None
                     };
                 }
