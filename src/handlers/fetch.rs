@@ -127,28 +127,42 @@ pub async fn handle(ctx: &RequestContext, request: FetchRequest, version: i16) -
     let max_bytes = (request.max_bytes.max(0) as usize).min(ctx.broker.config.fetch_max_bytes);
     let mut poll_interval = MIN_POLL_INTERVAL;
     let results = loop {
+        // Every partition is read at once (on its own shard), each up to its
+        // own limit; the response's budget is then applied in request order,
+        // the first batch of the first partition with data always whole (KIP-74).
+        let reads: Vec<_> = targets
+            .iter()
+            .map(|((name, partition), cached)| {
+                let (broker, name, partition) = (ctx.broker.clone(), name.clone(), *partition);
+                let (fetch_offset, limit) = (
+                    cached.fetch_offset,
+                    (cached.max_bytes.max(0) as usize).min(max_bytes),
+                );
+                let read = glommio::spawn_local(async move {
+                    if name.is_empty() {
+                        return ReadResult::error(error_code::UNKNOWN_TOPIC_ID);
+                    }
+                    broker
+                        .read(&name, partition, fetch_offset, limit, true)
+                        .await
+                });
+                (limit, read)
+            })
+            .collect();
         let mut budget = max_bytes;
         let mut total_bytes = 0usize;
         let mut any_error = false;
         let mut results: Vec<ReadResult> = Vec::with_capacity(targets.len());
-        for ((name, partition), cached) in &targets {
-            let result = if name.is_empty() {
-                ReadResult::error(error_code::UNKNOWN_TOPIC_ID)
-            } else {
-                let max_bytes = (cached.max_bytes.max(0) as usize).min(budget);
-                ctx.broker
-                    .read(
-                        name,
-                        *partition,
-                        cached.fetch_offset,
-                        max_bytes,
-                        total_bytes == 0,
-                    )
-                    .await
-            };
+        for (limit, read) in reads {
+            let mut result = read.await;
             let size = result.records.as_ref().map_or(0, |r| r.len());
-            total_bytes += size;
-            budget = budget.saturating_sub(size);
+            if total_bytes > 0 && (size > budget || size > limit) {
+                // Past a limit, and not the first data: the next fetch gets it.
+                result.records = None;
+            } else {
+                total_bytes += size;
+                budget = budget.saturating_sub(size);
+            }
             any_error |= result.error_code != error_code::NONE;
             results.push(result);
         }

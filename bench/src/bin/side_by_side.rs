@@ -36,6 +36,16 @@ struct Args {
     /// W4: 100-byte records produced over 1000 partitions.
     #[arg(long, default_value_t = 1_000_000)]
     w4_records: u64,
+    /// Only this broker ("ringbroker" or "kafka"), for profiling one side;
+    /// W2 then needs --w2-rate.
+    #[arg(long)]
+    only: Option<String>,
+    /// W2's rate in records/s instead of half of Kafka's W1.
+    #[arg(long)]
+    w2_rate: Option<f64>,
+    /// Only W2 (needs --w2-rate), for iterating on latency.
+    #[arg(long)]
+    latency_only: bool,
 }
 
 const MIB: f64 = 1024.0 * 1024.0;
@@ -45,6 +55,11 @@ const IDLE_SETTLE: Duration = Duration::from_secs(3);
 
 fn mb_per_s(bytes: u64, elapsed: Duration) -> f64 {
     bytes as f64 / 1e6 / elapsed.as_secs_f64()
+}
+
+/// CPU time this process (the client) has used, in seconds.
+fn client_cpu_seconds() -> f64 {
+    brokers::cpu_seconds(std::process::id())
 }
 
 /// Broker CPU seconds spent per GiB moved.
@@ -76,6 +91,7 @@ fn throughput_run(
     );
     workloads::create_topic(&address, "w1", 6);
     let cpu = brokers::cpu_seconds(pid);
+    let client_cpu = client_cpu_seconds();
     let rss = RssSampler::start(pid);
     let w1 = workloads::produce(
         &address,
@@ -94,6 +110,10 @@ fn throughput_run(
         "W1 broker CPU-s per GiB",
         cpu_per_gib(brokers::cpu_seconds(pid) - cpu, w1.bytes),
     );
+    metrics.insert(
+        "W1 client CPU-s per GiB",
+        cpu_per_gib(client_cpu_seconds() - client_cpu, w1.bytes),
+    );
     metrics.insert("W1 produce MB/s", mb_per_s(w1.bytes, w1.elapsed));
     metrics.insert(
         "W1 produce records/s",
@@ -109,10 +129,15 @@ fn throughput_run(
     );
 
     let cpu = brokers::cpu_seconds(pid);
+    let client_cpu = client_cpu_seconds();
     let w3 = workloads::consume_from_beginning(&address, "w1", 6, w1.records);
     metrics.insert(
         "W3 broker CPU-s per GiB",
         cpu_per_gib(brokers::cpu_seconds(pid) - cpu, w3.bytes),
+    );
+    metrics.insert(
+        "W3 client CPU-s per GiB",
+        cpu_per_gib(client_cpu_seconds() - client_cpu, w3.bytes),
     );
     metrics.insert("W3 catch-up MB/s", mb_per_s(w3.bytes, w3.elapsed));
     metrics.insert(
@@ -179,6 +204,7 @@ fn latency_run(
         args.w2_seconds
     );
     let cpu = brokers::cpu_seconds(pid);
+    let client_cpu = client_cpu_seconds();
     let (produced, consumed) = workloads::produce_and_consume(
         &address,
         &ProduceSpec {
@@ -187,14 +213,18 @@ fn latency_run(
             records: (rate * args.w2_seconds as f64) as u64,
             value_bytes: 1024,
             acks: "all",
-            // The broker's latency, not the client's batching delay.
-            linger_ms: 0,
+            // W1's producer, but acks=all at a fixed rate.
+            linger_ms: 5,
             rate: Some(rate),
         },
     );
     metrics.insert(
         "W2 broker CPU-s per GiB",
         cpu_per_gib(brokers::cpu_seconds(pid) - cpu, produced.bytes),
+    );
+    metrics.insert(
+        "W2 client CPU-s per GiB",
+        cpu_per_gib(client_cpu_seconds() - client_cpu, produced.bytes),
     );
     metrics.insert(
         "W2 rate records/s",
@@ -269,17 +299,25 @@ fn main() {
         "build ringbroker first (cargo build --release)"
     );
     let started = Instant::now();
-    let kinds = |repeat: usize| {
+    let kinds = |repeat: usize| -> Vec<BrokerKind> {
         // Alternate which broker goes first.
-        if repeat % 2 == 0 {
+        let both = if repeat % 2 == 0 {
             [BrokerKind::Kafka, BrokerKind::Ringbroker]
         } else {
             [BrokerKind::Ringbroker, BrokerKind::Kafka]
-        }
+        };
+        both.into_iter()
+            .filter(|kind| match args.only.as_deref() {
+                Some("ringbroker") => *kind == BrokerKind::Ringbroker,
+                Some("kafka") => *kind == BrokerKind::Kafka,
+                Some(other) => panic!("--only {other}: ringbroker or kafka"),
+                None => true,
+            })
+            .collect()
     };
     let mut ours: Vec<Metrics> = Vec::new();
     let mut theirs: Vec<Metrics> = Vec::new();
-    for repeat in 0..args.repeat {
+    for repeat in (0..args.repeat).filter(|_| !args.latency_only) {
         for kind in kinds(repeat) {
             let progress = format!(
                 "[{:>4.0}s run {}/{}]",
@@ -296,7 +334,10 @@ fn main() {
     }
     // W2's rate: half of Kafka's W1 maximum in this run.
     let kafka_w1: Vec<f64> = theirs.iter().map(|m| m["W1 produce records/s"]).collect();
-    let rate = report::median(&kafka_w1) / 2.0;
+    let rate = args
+        .w2_rate
+        .unwrap_or_else(|| report::median(&kafka_w1) / 2.0);
+    assert!(rate.is_finite(), "W2 needs Kafka's W1 or --w2-rate");
     for repeat in 0..args.repeat {
         for kind in kinds(repeat) {
             let progress = format!(
@@ -310,6 +351,9 @@ fn main() {
                 BrokerKind::Ringbroker => &mut ours,
                 BrokerKind::Kafka => &mut theirs,
             };
+            if runs.len() <= repeat {
+                runs.push(Metrics::new());
+            }
             runs[repeat].extend(metrics);
         }
     }
@@ -339,12 +383,13 @@ fn main() {
          of {} runs per broker; ratio = ringbroker / Kafka.\n\n\
          Workloads: W1 {} records of 1 KiB over 6 partitions, acks=1, linger.ms=5, as fast as \
          the client goes; W2 {:.0} records/s of 1 KiB (half of Kafka's W1 records/s) for {} s, \
-         acks=all, linger.ms=0, latency counted from when each record was due (coordinated \
+         acks=all, linger.ms=5, latency counted from when each record was due (coordinated \
          omission corrected), end to end read by a consumer from the end; W3 the W1 topic \
          read back from the beginning; W4 {} records of 100 B round-robin over 1000 \
          partitions, acks=1, linger.ms=5; W5 spawn to the first Metadata answer, and resident \
          memory after {} s idle. CPU: the broker process's user + system time (/proc) over the \
-         workload, per GiB of values moved.\n\n{}\n\
+         workload, per GiB of values moved; the client's the same for the load generator's \
+         process (both share the machine's cores).\n\n{}\n\
          ![throughput]({throughput}) ![end-to-end latency]({e2e}) ![ack latency]({acks})\n\n\
          Command: `{}`\n",
         machine(),
