@@ -33,6 +33,8 @@ pub struct BrokerSources {
     pub ringbroker_bin: PathBuf,
     /// tests/support/kafka/kafka-run-class.sh, with Kafka's jars fetched.
     pub kafka_run_class: PathBuf,
+    /// Extra `key=value` lines for ringbroker's server.properties.
+    pub ringbroker_overrides: Vec<String>,
 }
 
 pub struct RunningBroker {
@@ -126,8 +128,13 @@ pub fn start(kind: BrokerKind, sources: &BrokerSources, dir: &Path) -> RunningBr
                 &config,
                 format!(
                     "broker.id=0\nlisteners=PLAINTEXT://127.0.0.1:{port}\nlog.dirs={}\n\
-                     offsets.topic.replication.factor=1\n",
-                    dir.join("data").display()
+                     offsets.topic.replication.factor=1\n{}",
+                    dir.join("data").display(),
+                    sources
+                        .ringbroker_overrides
+                        .iter()
+                        .map(|line| format!("{line}\n"))
+                        .collect::<String>()
                 ),
             )
             .expect("write server.properties");

@@ -46,6 +46,9 @@ struct Args {
     /// Only W2 (needs --w2-rate), for iterating on latency.
     #[arg(long)]
     latency_only: bool,
+    /// A `key=value` added to ringbroker's server.properties (repeatable).
+    #[arg(long = "ringbroker-config")]
+    ringbroker_config: Vec<String>,
 }
 
 const MIB: f64 = 1024.0 * 1024.0;
@@ -293,6 +296,7 @@ fn main() {
     let sources = BrokerSources {
         ringbroker_bin: args.ringbroker_bin.clone(),
         kafka_run_class: args.kafka_run_class.clone(),
+        ringbroker_overrides: args.ringbroker_config.clone(),
     };
     assert!(
         sources.ringbroker_bin.exists(),
