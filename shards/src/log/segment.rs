@@ -61,11 +61,7 @@ impl FileSlice {
     /// The slice's bytes. If the file shrank since the slice was taken (a
     /// truncation), only the whole batches still there are returned.
     pub async fn read(&self) -> io::Result<Vec<u8>> {
-        let mut bytes = self
-            .file
-            .read_at(self.position, self.size_bytes)
-            .await?
-            .to_vec();
+        let mut bytes = self.file.read_owned(self.position, self.size_bytes).await?;
         if bytes.len() < self.size_bytes {
             let mut batches = BatchIter::new(&bytes);
             while let Some(Ok(_)) = batches.next() {}
