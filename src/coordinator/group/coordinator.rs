@@ -1151,8 +1151,9 @@ impl GroupCoordinator {
         }
         if let Err(code) = stored {
             let code = match code {
-                // MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE, INVALID_FETCH_SIZE
-                10 | 18 | 4 => error_code::INVALID_COMMIT_OFFSET_SIZE,
+                error_code::MESSAGE_TOO_LARGE
+                | error_code::RECORD_LIST_TOO_LARGE
+                | error_code::INVALID_FETCH_SIZE => error_code::INVALID_COMMIT_OFFSET_SIZE,
                 other => store_error(other),
             };
             for (i, _, _) in committed {
@@ -1373,11 +1374,12 @@ fn offset_value(offset: &CommittedOffset) -> OffsetCommitValue {
 /// member is told.
 fn store_error(code: i16) -> i16 {
     match code {
-        // UNKNOWN_TOPIC_OR_PARTITION, NOT_ENOUGH_REPLICAS(_AFTER_APPEND)
-        3 | 19 | 20 => error_code::COORDINATOR_NOT_AVAILABLE,
-        // NOT_LEADER_OR_FOLLOWER, KAFKA_STORAGE_ERROR
-        6 | 56 => error_code::NOT_COORDINATOR,
-        error_code::NOT_COORDINATOR => error_code::NOT_COORDINATOR,
+        error_code::UNKNOWN_TOPIC_OR_PARTITION
+        | error_code::NOT_ENOUGH_REPLICAS
+        | error_code::NOT_ENOUGH_REPLICAS_AFTER_APPEND => error_code::COORDINATOR_NOT_AVAILABLE,
+        error_code::NOT_LEADER_OR_FOLLOWER
+        | error_code::KAFKA_STORAGE_ERROR
+        | error_code::NOT_COORDINATOR => error_code::NOT_COORDINATOR,
         _ => error_code::UNKNOWN_SERVER_ERROR,
     }
 }
