@@ -24,8 +24,10 @@ use rdkafka::Message;
 const MEMBER_ENV: &str = "RINGBROKER_TEST_GROUP_MEMBER";
 const SESSION_TIMEOUT_MS: u64 = 6_000;
 
-/// Not a test on its own: the body of a group member process.
+/// Not a test: the body of a group member process, which the tests start
+/// with `--ignored --exact group_member`.
 #[test]
+#[ignore = "a group member process, started by the other tests"]
 fn group_member() {
     let Ok(spec) = std::env::var(MEMBER_ENV) else {
         return;
@@ -81,7 +83,13 @@ struct Member {
 impl Member {
     fn spawn(broker: &Broker, group: &str, subscription: &str) -> Member {
         let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["group_member", "--exact", "--nocapture", "--test-threads=1"])
+            .args([
+                "group_member",
+                "--exact",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env(
                 MEMBER_ENV,
                 format!("{}|{group}|{subscription}", broker.address()),
