@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 /// One number measured in one run of one broker.
-pub type Metrics = BTreeMap<&'static str, f64>;
+pub type Metrics = BTreeMap<String, f64>;
 
 /// How a metric compares: which way is better and, when the project has one,
 /// the target ratio ringbroker / Kafka.
@@ -82,7 +82,7 @@ pub fn medians(runs: &[Metrics]) -> Metrics {
         .iter()
         .map(|m| {
             let values: Vec<f64> = runs.iter().filter_map(|r| r.get(m.name).copied()).collect();
-            (m.name, median(&values))
+            (m.name.to_owned(), median(&values))
         })
         .collect()
 }
@@ -144,11 +144,9 @@ pub fn latency_svg(kind: &str, ringbroker: &Metrics, kafka: &Metrics) -> String 
             labels
                 .iter()
                 .map(|l| {
-                    let name = format!("W2 {kind} {l} ms");
-                    METRICS
-                        .iter()
-                        .find(|spec| spec.name == name)
-                        .map_or(f64::NAN, |spec| m[spec.name])
+                    m.get(&format!("W2 {kind} {l} ms"))
+                        .copied()
+                        .unwrap_or(f64::NAN)
                 })
                 .collect()
         })
@@ -224,7 +222,7 @@ pub fn throughput_svg(ringbroker: &Metrics, kafka: &Metrics) -> String {
     ];
     let peak = bars
         .iter()
-        .flat_map(|(_, m)| [ringbroker[m], kafka[m]])
+        .flat_map(|(_, m)| [ringbroker[*m], kafka[*m]])
         .filter(|v| v.is_finite())
         .fold(1.0f64, f64::max);
     let (width, height, left, top, plot_h, group_w) = (640.0, 360.0, 60.0, 40.0, 260.0, 170.0);
@@ -236,7 +234,7 @@ pub fn throughput_svg(ringbroker: &Metrics, kafka: &Metrics) -> String {
         let x0 = left + g as f64 * group_w + 20.0;
         for (b, ((name, color), value)) in COLORS
             .iter()
-            .zip([ringbroker[metric], kafka[metric]])
+            .zip([ringbroker[*metric], kafka[*metric]])
             .enumerate()
         {
             let value = if value.is_finite() { value } else { 0.0 };

@@ -56,18 +56,57 @@ const GIB: f64 = 1024.0 * MIB;
 /// How long a broker sits idle before its idle memory is read.
 const IDLE_SETTLE: Duration = Duration::from_secs(3);
 
-fn mb_per_s(bytes: u64, elapsed: Duration) -> f64 {
-    bytes as f64 / 1e6 / elapsed.as_secs_f64()
-}
-
 /// CPU time this process (the client) has used, in seconds.
 fn client_cpu_seconds() -> f64 {
     brokers::cpu_seconds(std::process::id())
 }
 
-/// Broker CPU seconds spent per GiB moved.
-fn cpu_per_gib(cpu_seconds: f64, bytes: u64) -> f64 {
-    cpu_seconds / (bytes as f64 / GIB)
+/// What one workload cost: broker and client CPU seconds, the broker's peak RSS.
+struct Usage {
+    broker_cpu_s: f64,
+    client_cpu_s: f64,
+    broker_peak_rss_bytes: u64,
+}
+
+/// Runs `work` while measuring what it costs the broker `pid` and the client.
+fn measured<T>(pid: u32, work: impl FnOnce() -> T) -> (T, Usage) {
+    let (broker_cpu, client_cpu) = (brokers::cpu_seconds(pid), client_cpu_seconds());
+    let rss = RssSampler::start(pid);
+    let outcome = work();
+    let usage = Usage {
+        broker_peak_rss_bytes: rss.peak_bytes(),
+        broker_cpu_s: brokers::cpu_seconds(pid) - broker_cpu,
+        client_cpu_s: client_cpu_seconds() - client_cpu,
+    };
+    (outcome, usage)
+}
+
+/// A workload's throughput ("{what} MB/s", "{what} records/s") and its cost
+/// ("{workload} broker CPU-s per GiB", ...), per GiB of values moved.
+fn record_throughput(
+    metrics: &mut Metrics,
+    workload: &str,
+    what: &str,
+    (records, bytes, elapsed): (u64, u64, Duration),
+    usage: &Usage,
+) {
+    let gib = bytes as f64 / GIB;
+    let seconds = elapsed.as_secs_f64();
+    let mut put = |name: String, value: f64| metrics.insert(name, value);
+    put(format!("{what} MB/s"), bytes as f64 / 1e6 / seconds);
+    put(format!("{what} records/s"), records as f64 / seconds);
+    put(
+        format!("{workload} broker CPU-s per GiB"),
+        usage.broker_cpu_s / gib,
+    );
+    put(
+        format!("{workload} client CPU-s per GiB"),
+        usage.client_cpu_s / gib,
+    );
+    put(
+        format!("{workload} broker peak RSS MiB"),
+        usage.broker_peak_rss_bytes as f64 / MIB,
+    );
 }
 
 /// W5, W1, W3 and W4 on a fresh broker.
@@ -81,11 +120,14 @@ fn throughput_run(
     let broker = brokers::start(kind, sources, &args.work_dir.join("broker"));
     let (address, pid) = (broker.address.clone(), broker.pid());
     metrics.insert(
-        "W5 start-up to first Metadata ms",
+        "W5 start-up to first Metadata ms".into(),
         broker.startup.as_secs_f64() * 1e3,
     );
     std::thread::sleep(IDLE_SETTLE);
-    metrics.insert("W5 idle RSS MiB", brokers::rss_bytes(pid) as f64 / MIB);
+    metrics.insert(
+        "W5 idle RSS MiB".into(),
+        brokers::rss_bytes(pid) as f64 / MIB,
+    );
 
     eprintln!(
         "{progress} {}: W1 produce {} x 1 KiB, acks=1, linger.ms=5",
@@ -93,59 +135,45 @@ fn throughput_run(
         args.w1_records
     );
     workloads::create_topic(&address, "w1", 6);
-    let cpu = brokers::cpu_seconds(pid);
-    let client_cpu = client_cpu_seconds();
-    let rss = RssSampler::start(pid);
-    let w1 = workloads::produce(
-        &address,
-        &ProduceSpec {
-            topic: "w1",
-            partitions: 6,
-            records: args.w1_records,
-            value_bytes: 1024,
-            acks: "1",
-            linger_ms: 5,
-            rate: None,
-        },
-    );
-    metrics.insert("W1 broker peak RSS MiB", rss.peak_bytes() as f64 / MIB);
-    metrics.insert(
-        "W1 broker CPU-s per GiB",
-        cpu_per_gib(brokers::cpu_seconds(pid) - cpu, w1.bytes),
-    );
-    metrics.insert(
-        "W1 client CPU-s per GiB",
-        cpu_per_gib(client_cpu_seconds() - client_cpu, w1.bytes),
-    );
-    metrics.insert("W1 produce MB/s", mb_per_s(w1.bytes, w1.elapsed));
-    metrics.insert(
-        "W1 produce records/s",
-        w1.records as f64 / w1.elapsed.as_secs_f64(),
+    let (w1, usage) = measured(pid, || {
+        workloads::produce(
+            &address,
+            &ProduceSpec {
+                topic: "w1",
+                partitions: 6,
+                records: args.w1_records,
+                value_bytes: 1024,
+                acks: "1",
+                linger_ms: 5,
+                rate: None,
+            },
+        )
+    });
+    record_throughput(
+        &mut metrics,
+        "W1",
+        "W1 produce",
+        (w1.records, w1.bytes, w1.elapsed),
+        &usage,
     );
     let ack = latency_ms(&w1.ack_latency_us);
-    metrics.insert("W1 ack latency p50 ms", ack["p50"]);
-    metrics.insert("W1 ack latency p99 ms", ack["p99"]);
+    metrics.insert("W1 ack latency p50 ms".into(), ack["p50"]);
+    metrics.insert("W1 ack latency p99 ms".into(), ack["p99"]);
     eprintln!(
         "{progress} {}: W1 {:.0} MB/s; W3 reading it back from the beginning",
         kind.name(),
         metrics["W1 produce MB/s"]
     );
 
-    let cpu = brokers::cpu_seconds(pid);
-    let client_cpu = client_cpu_seconds();
-    let w3 = workloads::consume_from_beginning(&address, "w1", 6, w1.records);
-    metrics.insert(
-        "W3 broker CPU-s per GiB",
-        cpu_per_gib(brokers::cpu_seconds(pid) - cpu, w3.bytes),
-    );
-    metrics.insert(
-        "W3 client CPU-s per GiB",
-        cpu_per_gib(client_cpu_seconds() - client_cpu, w3.bytes),
-    );
-    metrics.insert("W3 catch-up MB/s", mb_per_s(w3.bytes, w3.elapsed));
-    metrics.insert(
-        "W3 catch-up records/s",
-        w3.records as f64 / w3.elapsed.as_secs_f64(),
+    let (w3, usage) = measured(pid, || {
+        workloads::consume_from_beginning(&address, "w1", 6, w1.records)
+    });
+    record_throughput(
+        &mut metrics,
+        "W3",
+        "W3 catch-up",
+        (w3.records, w3.bytes, w3.elapsed),
+        &usage,
     );
     eprintln!(
         "{progress} {}: W3 {:.0} MB/s; W4 {} x 100 B over 1000 partitions",
@@ -155,30 +183,27 @@ fn throughput_run(
     );
 
     let created = workloads::create_topic(&address, "w4", 1000);
-    metrics.insert("W4 create 1000 partitions s", created.as_secs_f64());
-    let cpu = brokers::cpu_seconds(pid);
-    let rss = RssSampler::start(pid);
-    let w4 = workloads::produce(
-        &address,
-        &ProduceSpec {
-            topic: "w4",
-            partitions: 1000,
-            records: args.w4_records,
-            value_bytes: 100,
-            acks: "1",
-            linger_ms: 5,
-            rate: None,
-        },
-    );
-    metrics.insert("W4 broker peak RSS MiB", rss.peak_bytes() as f64 / MIB);
-    metrics.insert(
-        "W4 broker CPU-s per GiB",
-        cpu_per_gib(brokers::cpu_seconds(pid) - cpu, w4.bytes),
-    );
-    metrics.insert("W4 produce MB/s", mb_per_s(w4.bytes, w4.elapsed));
-    metrics.insert(
-        "W4 produce records/s",
-        w4.records as f64 / w4.elapsed.as_secs_f64(),
+    metrics.insert("W4 create 1000 partitions s".into(), created.as_secs_f64());
+    let (w4, usage) = measured(pid, || {
+        workloads::produce(
+            &address,
+            &ProduceSpec {
+                topic: "w4",
+                partitions: 1000,
+                records: args.w4_records,
+                value_bytes: 100,
+                acks: "1",
+                linger_ms: 5,
+                rate: None,
+            },
+        )
+    });
+    record_throughput(
+        &mut metrics,
+        "W4",
+        "W4 produce",
+        (w4.records, w4.bytes, w4.elapsed),
+        &usage,
     );
     eprintln!(
         "{progress} {}: W4 {:.1} MB/s",
@@ -206,50 +231,35 @@ fn latency_run(
         kind.name(),
         args.w2_seconds
     );
-    let cpu = brokers::cpu_seconds(pid);
-    let client_cpu = client_cpu_seconds();
-    let (produced, consumed) = workloads::produce_and_consume(
-        &address,
-        &ProduceSpec {
-            topic: "w2",
-            partitions: 6,
-            records: (rate * args.w2_seconds as f64) as u64,
-            value_bytes: 1024,
-            acks: "all",
-            // W1's producer, but acks=all at a fixed rate.
-            linger_ms: 5,
-            rate: Some(rate),
-        },
+    let ((produced, consumed), usage) = measured(pid, || {
+        workloads::produce_and_consume(
+            &address,
+            &ProduceSpec {
+                topic: "w2",
+                partitions: 6,
+                records: (rate * args.w2_seconds as f64) as u64,
+                value_bytes: 1024,
+                acks: "all",
+                // W1's producer, but acks=all at a fixed rate.
+                linger_ms: 5,
+                rate: Some(rate),
+            },
+        )
+    });
+    record_throughput(
+        &mut metrics,
+        "W2",
+        "W2 rate",
+        (produced.records, produced.bytes, produced.elapsed),
+        &usage,
     );
-    metrics.insert(
-        "W2 broker CPU-s per GiB",
-        cpu_per_gib(brokers::cpu_seconds(pid) - cpu, produced.bytes),
-    );
-    metrics.insert(
-        "W2 client CPU-s per GiB",
-        cpu_per_gib(client_cpu_seconds() - client_cpu, produced.bytes),
-    );
-    metrics.insert(
-        "W2 rate records/s",
-        produced.records as f64 / produced.elapsed.as_secs_f64(),
-    );
-    for (label, ms) in latency_ms(&consumed.end_to_end_us) {
-        let name = format!("W2 end-to-end {label} ms");
-        let key = report::METRICS
-            .iter()
-            .find(|m| m.name == name)
-            .expect("known metric")
-            .name;
-        metrics.insert(key, ms);
-    }
-    for (label, ms) in latency_ms(&produced.ack_latency_us) {
-        let name = format!("W2 ack {label} ms");
-        let key = report::METRICS
-            .iter()
-            .find(|m| m.name == name)
-            .expect("known metric")
-            .name;
-        metrics.insert(key, ms);
+    for (kind, histogram) in [
+        ("end-to-end", &consumed.end_to_end_us),
+        ("ack", &produced.ack_latency_us),
+    ] {
+        for (label, ms) in latency_ms(histogram) {
+            metrics.insert(format!("W2 {kind} {label} ms"), ms);
+        }
     }
     eprintln!(
         "{progress} {}: W2 end-to-end p99.9 {:.2} ms, ack p99.9 {:.2} ms",
