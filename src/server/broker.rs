@@ -291,7 +291,8 @@ impl ShardBroker {
         let Some(log) = self.log_manager.get_log(tp) else {
             return AppendResult::error(error_code::NOT_LEADER_OR_FOLLOWER, None);
         };
-        // The one copy on the produce path: glommio writes from an owned buffer.
+        // The one copy on the produce path: the batch is stamped (offsets,
+        // leader epoch) in place, and the request's buffer is shared.
         match log
             .append_as_leader(records.to_vec(), leader_epoch, shards::log::wall_clock_ms())
             .await

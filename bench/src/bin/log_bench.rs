@@ -78,14 +78,12 @@ async fn run_case(dir: &Path, batch_bytes: usize, total_bytes: usize) -> Case {
     let batches = total_bytes / batch.len();
     let written = (batches * batch.len()) as u64;
 
-    // Plain sequential write of the same bytes, same io_uring path, then sync.
+    // Plain sequential write of the same bytes, same write path, then sync.
     let raw_path = dir.join("raw.bin");
     let raw = SegmentFile::create(&raw_path).await.unwrap();
     let start = Instant::now();
     for i in 0..batches {
-        raw.write_all_at(batch.clone(), (i * batch.len()) as u64)
-            .await
-            .unwrap();
+        raw.write_all_at(&batch, (i * batch.len()) as u64).unwrap();
     }
     raw.fdatasync().await.unwrap();
     let raw_write = mib_per_s(written, start.elapsed());

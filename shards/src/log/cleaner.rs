@@ -157,18 +157,21 @@ impl Log {
                 || now_ms - segment.max_timestamp() <= config.delete_retention_ms;
             let mut reader = segment.batches();
             while let Some((header, batch)) = reader.next().await.map_err(io)? {
-                let kept = match filter_batch(&header, batch, offset_map, retain_tombstones)? {
-                    Filtered::KeepAll => batch.to_vec(),
+                let rewritten;
+                let kept: &[u8] = match filter_batch(&header, batch, offset_map, retain_tombstones)?
+                {
+                    Filtered::KeepAll => batch,
                     Filtered::DropAll(removed) => {
                         stats.records_removed += removed;
                         continue;
                     }
                     Filtered::Rewrite { batch, removed } => {
                         stats.records_removed += removed;
-                        batch
+                        rewritten = batch;
+                        &rewritten
                     }
                 };
-                let header = RecordBatchHeader::parse(&kept)?;
+                let header = RecordBatchHeader::parse(kept)?;
                 cleaned
                     .append(
                         kept,
@@ -177,7 +180,6 @@ impl Log {
                             header,
                         }],
                     )
-                    .await
                     .map_err(io)?;
             }
         }

@@ -68,8 +68,8 @@ impl IndexEntry for TimestampOffset {
     }
 }
 
-/// A pending write produced by a mutation; the caller awaits it without holding
-/// any borrow of the index.
+/// A pending write produced by a mutation; the caller applies it after
+/// releasing its borrow of the index.
 pub struct IndexWrite {
     pub file: Rc<SegmentFile>,
     pub bytes: Vec<u8>,
@@ -77,8 +77,8 @@ pub struct IndexWrite {
 }
 
 impl IndexWrite {
-    pub async fn apply(self) -> io::Result<()> {
-        self.file.write_all_at(self.bytes, self.position).await
+    pub fn apply(self) -> io::Result<()> {
+        self.file.write_all_at(&self.bytes, self.position)
     }
 }
 
@@ -270,7 +270,7 @@ mod tests {
                 index.push(OffsetPosition { offset, position });
             }
             assert_eq!(index.pending_entries(), 3);
-            index.take_pending_write().unwrap().apply().await.unwrap();
+            index.take_pending_write().unwrap().apply().unwrap();
             assert!(index.take_pending_write().is_none());
             assert_eq!(index.lookup(99).position, 0);
             assert_eq!(index.lookup(110).position, 4096);

@@ -444,8 +444,7 @@ impl Log {
             header: *header,
         };
         active
-            .append(records, &[batch])
-            .await
+            .append(&records, &[batch])
             .map_err(|error| self.health.on_error(error.into()))?;
         self.log_end_offset.set(header.next_offset());
         Ok(())

@@ -347,7 +347,7 @@ impl LogSegment {
 
     /// Appends stamped batches (one write), indexing a batch whenever more than
     /// `index.interval.bytes` were written since the last entry.
-    pub async fn append(&self, records: Vec<u8>, batches: &[AppendedBatch]) -> io::Result<()> {
+    pub fn append(&self, records: &[u8], batches: &[AppendedBatch]) -> io::Result<()> {
         assert!(!batches.is_empty());
         assert!(
             batches[0].header.base_offset >= self.next_offset(),
@@ -355,7 +355,7 @@ impl LogSegment {
         );
         let start = self.size_bytes();
         let len = records.len() as u64;
-        self.log.write_all_at(records, start).await?;
+        self.log.write_all_at(records, start)?;
         // Only written bytes become visible: readers bound themselves by the
         // segment's size and next offset.
         for batch in batches {
@@ -363,7 +363,7 @@ impl LogSegment {
         }
         self.size_bytes.set(start + len);
         if self.offset_index.borrow().pending_entries() >= INDEX_WRITE_BATCH_ENTRIES {
-            self.write_pending_index_entries().await?;
+            self.write_pending_index_entries()?;
         }
         Ok(())
     }
@@ -396,11 +396,11 @@ impl LogSegment {
     }
 
     /// Brings both index files up to date with the in-memory entries.
-    pub async fn write_pending_index_entries(&self) -> io::Result<()> {
+    pub fn write_pending_index_entries(&self) -> io::Result<()> {
         let offset_write = self.offset_index.borrow_mut().take_pending_write();
         let time_write = self.time_index.borrow_mut().take_pending_write();
         for write in [offset_write, time_write].into_iter().flatten() {
-            write.apply().await?;
+            write.apply()?;
         }
         Ok(())
     }
@@ -412,11 +412,11 @@ impl LogSegment {
             return Ok(());
         }
         self.time_index.borrow_mut().maybe_push(max);
-        self.write_pending_index_entries().await
+        self.write_pending_index_entries()
     }
 
     pub async fn flush(&self) -> io::Result<()> {
-        self.write_pending_index_entries().await?;
+        self.write_pending_index_entries()?;
         self.log.fdatasync().await?;
         let offset_file = self.offset_index.borrow().file().clone();
         let time_file = self.time_index.borrow().file().clone();
@@ -586,7 +586,7 @@ impl LogSegment {
         let time_file = self.time_index.borrow().file().clone();
         offset_file.truncate(0).await?;
         time_file.truncate(0).await?;
-        self.write_pending_index_entries().await?;
+        self.write_pending_index_entries()?;
         let truncated_bytes = file_size - valid_bytes;
         if truncated_bytes > 0 {
             warn!(
@@ -608,7 +608,7 @@ impl LogSegment {
         let Some((position, _)) = self.translate_offset(offset).await? else {
             return Ok(0);
         };
-        self.write_pending_index_entries().await?;
+        self.write_pending_index_entries()?;
         // Batches are whole: `offset` falls on the first batch we drop.
         let removed = self.size_bytes() - position;
         let index_size = self.offset_index.borrow_mut().truncate_from_offset(offset);
