@@ -1,5 +1,6 @@
 //! Fetch (key 1): stored batches below the high watermark, as they are on disk,
-//! with Kafka's long poll (`min_bytes`, `max_wait_ms`), byte budgets
+//! with Kafka's long poll (`min_bytes`, `max_wait_ms`; a fetch that found too
+//! little is parked until an append moves one of its high watermarks), byte budgets
 //! (`max_bytes`, `partition_max_bytes`, the first batch always whole) and
 //! incremental fetch sessions (KIP-227).
 
@@ -9,16 +10,13 @@ use std::time::{Duration, Instant};
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::{FetchRequest, FetchResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
+use shards::log::TopicPartition;
 
 use super::RequestContext;
 use crate::protocol::error_code;
 use crate::server::broker::ReadResult;
 use crate::server::fetch_session::{next_epoch, CachedPartition, SessionKey};
 
-/// How often a long-polling fetch looks for new data: soon at first, then
-/// backing off so idle consumers cost little.
-const MIN_POLL_INTERVAL: Duration = Duration::from_millis(1);
-const MAX_POLL_INTERVAL: Duration = Duration::from_millis(8);
 const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
 const INVALID_FETCH_SESSION_EPOCH: i16 = 71;
 /// A session epoch that asks for a full, sessionless fetch (or closes a session).
@@ -125,7 +123,6 @@ pub async fn handle(ctx: &RequestContext, request: FetchRequest, version: i16) -
     let deadline = Instant::now() + Duration::from_millis(request.max_wait_ms.max(0) as u64);
     // The broker bounds what one response may hold (`fetch.max.bytes`).
     let max_bytes = (request.max_bytes.max(0) as usize).min(ctx.broker.config.fetch_max_bytes);
-    let mut poll_interval = MIN_POLL_INTERVAL;
     let results = loop {
         // Every partition is read at once (on its own shard), each up to its
         // own limit; the response's budget is then applied in request order,
@@ -171,11 +168,19 @@ pub async fn handle(ctx: &RequestContext, request: FetchRequest, version: i16) -
         if satisfied || Instant::now() >= deadline {
             break results;
         }
-        glommio::timer::sleep(
-            poll_interval.min(deadline.saturating_duration_since(Instant::now())),
-        )
-        .await;
-        poll_interval = (poll_interval * 2).min(MAX_POLL_INTERVAL);
+        // Too little: wait for an append to one of these partitions (or the
+        // deadline), then read again.
+        let seen = targets
+            .iter()
+            .zip(&results)
+            .map(|(((name, partition), _), result)| {
+                (
+                    TopicPartition::new(name.as_str(), *partition),
+                    result.high_watermark,
+                )
+            })
+            .collect();
+        ctx.broker.park_fetch(seen, deadline).await;
     };
 
     // Session bookkeeping: what each partition's client now knows.

@@ -3,12 +3,17 @@
 //! the request handlers call, routed to the owning shard over the mesh.
 
 use std::cell::{OnceCell, RefCell};
+use std::collections::BTreeMap;
 use std::future::Future;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
-use shards::log::{LogError, LogManager, TopicPartition};
+use futures_channel::oneshot;
+use futures_lite::future::or;
+use shards::log::{FetchWatch, LogError, LogManager, TopicPartition};
 use shards::runtime::ShardMesh;
 use tracing::warn;
 
@@ -373,6 +378,71 @@ impl ShardBroker {
             Err(error) => result.error_code = log_error_code(&error),
         }
         result
+    }
+
+    /// Parks a fetch that found too little until the high watermark of one of
+    /// its partitions moves from what the fetch saw (`seen`), or until
+    /// `deadline`: Kafka's DelayedFetch. Each owning shard watches its own.
+    pub async fn park_fetch(self: &Rc<Self>, seen: Vec<(TopicPartition, i64)>, deadline: Instant) {
+        let mut by_shard: BTreeMap<usize, Vec<(TopicPartition, i64)>> = BTreeMap::new();
+        for (tp, high_watermark) in seen {
+            if let Ok(leader) = self.route(&tp.topic, tp.partition) {
+                by_shard
+                    .entry(leader.shard)
+                    .or_default()
+                    .push((tp, high_watermark));
+            }
+        }
+        // Dropped on return: releases the watches still parked on other shards.
+        let mut cancels = Vec::with_capacity(by_shard.len());
+        let mut parked: Vec<Pin<Box<dyn Future<Output = ()>>>> = vec![Box::pin(
+            glommio::timer::sleep(deadline.saturating_duration_since(Instant::now())),
+        )];
+        for (shard, partitions) in by_shard {
+            let (cancel, cancelled) = oneshot::channel::<()>();
+            cancels.push(cancel);
+            let broker = self.clone();
+            parked.push(Box::pin(async move {
+                let _ = broker
+                    .mesh()
+                    .invoke_on(shard, &broker, move |broker: Rc<ShardBroker>| async move {
+                        broker.watch_local(partitions, deadline, cancelled).await
+                    })
+                    .await;
+            }));
+        }
+        let first_done = parked
+            .into_iter()
+            .reduce(|a, b| Box::pin(or(a, b)))
+            .expect("the deadline is always there");
+        first_done.await;
+    }
+
+    async fn watch_local(
+        &self,
+        partitions: Vec<(TopicPartition, i64)>,
+        deadline: Instant,
+        cancelled: oneshot::Receiver<()>,
+    ) {
+        let logs: Vec<_> = partitions
+            .iter()
+            .filter_map(|(tp, seen)| Some((self.log_manager.get_log(tp)?, *seen)))
+            .collect();
+        if logs.iter().any(|(log, seen)| log.high_watermark() != *seen) {
+            return; // moved while the request crossed the mesh
+        }
+        let watch = Rc::new(FetchWatch::default());
+        for (log, _) in &logs {
+            log.watch_high_watermark(&watch);
+        }
+        let timeout = glommio::timer::sleep(deadline.saturating_duration_since(Instant::now()));
+        let cancelled = async {
+            let _ = cancelled.await;
+        };
+        or(watch.moved(), or(cancelled, timeout)).await;
+        for (log, _) in &logs {
+            log.unwatch_high_watermark(&watch);
+        }
     }
 
     /// Offsets for ListOffsets: -1 latest (high watermark), -2 earliest,

@@ -33,6 +33,31 @@ async fn permit(lock: &Semaphore) -> Permit<'_> {
         .expect("log locks are never closed")
 }
 
+/// A fetch parked until the high watermark of one of its partitions moves
+/// (Kafka's fetch purgatory): registered with each of those partitions' logs,
+/// woken by the first move.
+pub struct FetchWatch {
+    moved: Semaphore,
+}
+
+impl Default for FetchWatch {
+    fn default() -> Self {
+        Self {
+            moved: Semaphore::new(0),
+        }
+    }
+}
+
+impl FetchWatch {
+    /// Resolves once a watched high watermark has moved.
+    pub async fn moved(&self) {
+        let _ = self.moved.acquire(1).await;
+    }
+    fn wake(&self) {
+        self.moved.signal(1);
+    }
+}
+
 /// Suffix of a partition directory being deleted.
 pub const DELETE_DIR_SUFFIX: &str = "-delete";
 
@@ -126,6 +151,9 @@ pub struct Log {
     log_start_offset: Cell<i64>,
     log_end_offset: Cell<i64>,
     high_watermark: Cell<i64>,
+    /// Fetches parked on this partition, woken when the high watermark moves.
+    /// A connection has one request in flight, so at most one per connection.
+    fetch_watches: RefCell<Vec<Rc<FetchWatch>>>,
     /// The recovery point and what guards it, shared with the background flush
     /// of rolled segments.
     flush_state: Rc<FlushState>,
@@ -261,6 +289,7 @@ impl Log {
                     .unwrap_or(log_start_offset)
                     .clamp(log_start_offset, log_end_offset),
             ),
+            fetch_watches: RefCell::new(Vec::new()),
             flush_state: Rc::new(FlushState {
                 lock: Semaphore::new(1),
                 recovery_point: Cell::new(recovery_point.min(log_end_offset)),
@@ -307,10 +336,25 @@ impl Log {
     pub fn high_watermark(&self) -> i64 {
         self.high_watermark.get()
     }
-    /// Moves the high watermark; it never passes the log end.
+    /// Moves the high watermark (it never passes the log end) and wakes the
+    /// fetches parked on this partition.
     pub fn set_high_watermark(&self, offset: i64) {
-        self.high_watermark
-            .set(offset.clamp(self.log_start_offset(), self.log_end_offset()));
+        let offset = offset.clamp(self.log_start_offset(), self.log_end_offset());
+        if offset == self.high_watermark.replace(offset) {
+            return;
+        }
+        for watch in self.fetch_watches.take() {
+            watch.wake();
+        }
+    }
+    /// Parks `watch` until the high watermark moves.
+    pub fn watch_high_watermark(&self, watch: &Rc<FetchWatch>) {
+        self.fetch_watches.borrow_mut().push(watch.clone());
+    }
+    pub fn unwatch_high_watermark(&self, watch: &Rc<FetchWatch>) {
+        self.fetch_watches
+            .borrow_mut()
+            .retain(|parked| !Rc::ptr_eq(parked, watch));
     }
     pub fn recovery_point(&self) -> i64 {
         self.flush_state.recovery_point.get()

@@ -25,7 +25,8 @@ pub use file::SegmentFile;
 pub use index::{OffsetPosition, TimestampOffset};
 pub use leader_epoch::{EpochEntry, LeaderEpochFileCache, LEADER_EPOCH_CHECKPOINT_FILE};
 pub use log::{
-    FetchDataInfo, Log, LogAppendInfo, LogOpenParams, TimestampAndOffset, TopicPartition,
+    FetchDataInfo, FetchWatch, Log, LogAppendInfo, LogOpenParams, TimestampAndOffset,
+    TopicPartition,
 };
 pub use log_dirs::{
     LogDir, LogDirHealth, LogDirs, PartitionCheckpoint, CLEAN_SHUTDOWN_FILE,

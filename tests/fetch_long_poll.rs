@@ -1,0 +1,144 @@
+//! Fetch's long poll (`max_wait_ms`, `min_bytes`): a fetch that finds too
+//! little is parked until an append reaches one of its partitions, on
+//! whichever shard owns it, and answers then rather than at the deadline.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Broker, Client};
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use shards::log::record_batch::RecordBatchBuilder;
+
+const TOPIC: &str = "long-poll";
+const PARTITIONS: i32 = 4;
+
+/// Fetches every partition from offset `from` (sessionless).
+fn fetch(client: &mut Client, from: &[i64], max_wait_ms: i32, min_bytes: i32) -> FetchResponse {
+    let partitions = (0..PARTITIONS)
+        .map(|p| {
+            FetchPartition::default()
+                .with_partition(p)
+                .with_fetch_offset(from[p as usize])
+                .with_partition_max_bytes(1 << 20)
+        })
+        .collect();
+    let request = FetchRequest::default()
+        .with_max_wait_ms(max_wait_ms)
+        .with_min_bytes(min_bytes)
+        .with_max_bytes(1 << 20)
+        .with_session_epoch(-1)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(TopicName(StrBytes::from_static_str(TOPIC)))
+            .with_partitions(partitions)]);
+    client.call(ApiKey::Fetch, 12, &request).unwrap()
+}
+
+/// Record bytes returned per partition.
+fn returned_bytes(response: &FetchResponse) -> Vec<usize> {
+    let mut bytes = vec![0; PARTITIONS as usize];
+    for partition in response.responses.iter().flat_map(|t| &t.partitions) {
+        assert_eq!(partition.error_code, 0);
+        bytes[partition.partition_index as usize] =
+            partition.records.as_ref().map_or(0, |r| r.len());
+    }
+    bytes
+}
+
+fn batch(value_bytes: usize) -> Vec<u8> {
+    let mut builder = RecordBatchBuilder::new(0, shards::log::wall_clock_ms());
+    builder.append(
+        shards::log::wall_clock_ms(),
+        None,
+        Some(&vec![b'v'; value_bytes]),
+    );
+    builder.build()
+}
+
+/// Produces `batches` on `partition` from another connection, `delay` apart.
+fn produce_later(
+    address: String,
+    partition: i32,
+    batches: Vec<Vec<u8>>,
+    delay: Duration,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut producer = Client::connect(&address);
+        for batch in batches {
+            std::thread::sleep(delay);
+            assert_eq!(
+                producer
+                    .produce(TOPIC, partition, batch)
+                    .unwrap()
+                    .error_code,
+                0
+            );
+        }
+    })
+}
+
+#[test]
+fn a_parked_fetch_answers_when_data_arrives() {
+    // One shard per core: with more than one, the partitions are spread over
+    // them, and a fetch arriving on one shard waits on the others' too.
+    let broker = Broker::start(&[]);
+    let mut client = Client::connect(&broker.address());
+    client.create_topic(TOPIC, PARTITIONS);
+    let mut from = vec![0i64; PARTITIONS as usize];
+
+    // Nothing to read: the fetch waits out its max wait and comes back empty.
+    let started = Instant::now();
+    let empty = fetch(&mut client, &from, 500, 1);
+    assert!(
+        started.elapsed() >= Duration::from_millis(450),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(returned_bytes(&empty), vec![0; PARTITIONS as usize]);
+
+    // A fetch willing to wait 30 s answers once an append lands, on each
+    // partition in turn (so on both shards), with that append in it.
+    for partition in 0..PARTITIONS {
+        let producer = produce_later(
+            broker.address(),
+            partition,
+            vec![batch(100)],
+            Duration::from_millis(300),
+        );
+        let started = Instant::now();
+        let response = fetch(&mut client, &from, 30_000, 1);
+        let waited = started.elapsed();
+        producer.join().unwrap();
+        let bytes = returned_bytes(&response);
+        assert!(
+            bytes[partition as usize] > 0,
+            "partition {partition}: {bytes:?}"
+        );
+        assert!(
+            waited >= Duration::from_millis(250) && waited < Duration::from_secs(10),
+            "partition {partition}: answered after {waited:?}"
+        );
+        from[partition as usize] += 1;
+    }
+
+    // min_bytes: one small append is not enough; the fetch stays parked until
+    // a second append brings it over, and then returns both.
+    let small = batch(100).len() as i32;
+    let producer = produce_later(
+        broker.address(),
+        1,
+        vec![batch(100), batch(100)],
+        Duration::from_millis(700),
+    );
+    let started = Instant::now();
+    let response = fetch(&mut client, &from, 30_000, small + 1);
+    let waited = started.elapsed();
+    producer.join().unwrap();
+    assert!(
+        waited >= Duration::from_millis(1_300) && waited < Duration::from_secs(10),
+        "answered after {waited:?}"
+    );
+    assert_eq!(returned_bytes(&response)[1], 2 * small as usize);
+}
