@@ -296,10 +296,9 @@ impl ShardBroker {
         let Some(log) = self.log_manager.get_log(tp) else {
             return AppendResult::error(error_code::NOT_LEADER_OR_FOLLOWER, None);
         };
-        // The one copy on the produce path: the batch is stamped (offsets,
-        // leader epoch) in place, and the request's buffer is shared.
+        // Written straight from the request's buffer behind a stamped header.
         match log
-            .append_as_leader(records.to_vec(), leader_epoch, shards::log::wall_clock_ms())
+            .append_as_leader(records, leader_epoch, shards::log::wall_clock_ms())
             .await
         {
             Ok(info) => {

@@ -92,7 +92,7 @@ async fn run_case(dir: &Path, batch_bytes: usize, total_bytes: usize) -> Case {
     let log = open_log(dir).await;
     let start = Instant::now();
     for _ in 0..batches {
-        log.append_as_leader(batch.clone(), 0, 1_700_000_000_000)
+        log.append_as_leader(&batch, 0, 1_700_000_000_000)
             .await
             .unwrap();
     }

@@ -174,7 +174,7 @@ impl Log {
                 let header = RecordBatchHeader::parse(kept)?;
                 cleaned
                     .append(
-                        kept,
+                        &[kept],
                         &[AppendedBatch {
                             position_in_buffer: 0,
                             header,

@@ -407,16 +407,20 @@ impl Log {
 
     /// Validates, stamps (offsets, leader epoch, LogAppendTime) and appends the
     /// batches a leader received. Nothing of a request with a bad batch is written.
+    /// The produced bytes are written as they are, behind a stamped copy of
+    /// the batch header: no copy of the records.
     pub async fn append_as_leader(
         &self,
-        mut records: Vec<u8>,
+        records: impl AsRef<[u8]>,
         leader_epoch: i32,
         now_ms: i64,
     ) -> Result<LogAppendInfo, LogError> {
         self.health.check()?;
         self.check_not_deleted()?;
         let config = self.config();
-        let produced = validate_for_append(&records, &config, now_ms)?;
+        let records = records.as_ref();
+        let produced = validate_for_append(records, &config, now_ms)?;
+        assert_eq!(records.len(), produced.size_bytes(), "one whole batch");
         let _permit = permit(&self.append_lock).await;
         self.check_not_deleted()?;
         if let SequenceCheck::Duplicate { first_offset } =
@@ -435,16 +439,22 @@ impl Log {
             TimestampPolicy::CreateTime => None,
         };
         let first_offset = self.log_end_offset();
+        let (header_bytes, records) = records.split_at(RECORD_BATCH_OVERHEAD);
+        let mut header_bytes: [u8; RECORD_BATCH_OVERHEAD] = header_bytes
+            .try_into()
+            .expect("a validated batch has a header");
         stamp_batch(
-            &mut records,
+            &mut header_bytes,
+            records,
             &AppendStamp {
                 base_offset: first_offset,
                 partition_leader_epoch: leader_epoch,
                 log_append_time_ms,
             },
         );
-        let header = RecordBatchHeader::parse(&records)?;
-        self.append_locked(records, &header, now_ms).await?;
+        let header = RecordBatchHeader::parse(&header_bytes)?;
+        self.append_locked(&[&header_bytes, records], &header, now_ms)
+            .await?;
         self.producer_state.borrow_mut().update(&header);
         let epoch_changed = self
             .leader_epoch_cache
@@ -466,9 +476,10 @@ impl Log {
         })
     }
 
+    /// Appends one batch, given in `parts` written back to back.
     async fn append_locked(
         &self,
-        records: Vec<u8>,
+        parts: &[&[u8]],
         header: &RecordBatchHeader,
         now_ms: i64,
     ) -> Result<(), LogError> {
@@ -476,7 +487,7 @@ impl Log {
         let mut active = self.active_segment();
         if active.should_roll(
             &config,
-            records.len() as u64,
+            header.size_bytes() as u64,
             header.max_timestamp,
             header.last_offset(),
             now_ms,
@@ -488,7 +499,7 @@ impl Log {
             header: *header,
         };
         active
-            .append(&records, &[batch])
+            .append(parts, &[batch])
             .map_err(|error| self.health.on_error(error.into()))?;
         self.log_end_offset.set(header.next_offset());
         Ok(())

@@ -304,8 +304,10 @@ pub struct AppendStamp {
     pub log_append_time_ms: Option<i64>,
 }
 
-/// Rewrites the broker-owned fields of a validated batch in place.
-pub fn stamp_batch(batch: &mut [u8], stamp: &AppendStamp) {
+/// Rewrites the broker-owned fields of a validated batch's `header` (its first
+/// `RECORD_BATCH_OVERHEAD` bytes, copied out so the produced bytes behind it,
+/// `records`, are written as they arrived).
+pub fn stamp_batch(batch: &mut [u8; RECORD_BATCH_OVERHEAD], records: &[u8], stamp: &AppendStamp) {
     batch[BASE_OFFSET_OFFSET..BASE_OFFSET_OFFSET + 8]
         .copy_from_slice(&stamp.base_offset.to_be_bytes());
     batch[PARTITION_LEADER_EPOCH_OFFSET..PARTITION_LEADER_EPOCH_OFFSET + 4]
@@ -315,7 +317,7 @@ pub fn stamp_batch(batch: &mut [u8], stamp: &AppendStamp) {
         batch[ATTRIBUTES_OFFSET..ATTRIBUTES_OFFSET + 2].copy_from_slice(&attributes.to_be_bytes());
         batch[MAX_TIMESTAMP_OFFSET..MAX_TIMESTAMP_OFFSET + 8]
             .copy_from_slice(&now_ms.to_be_bytes());
-        let crc = compute_crc(batch);
+        let crc = crc32c::crc32c_append(compute_crc(batch), records);
         batch[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
     }
 }
@@ -651,8 +653,10 @@ mod tests {
     #[test]
     fn stamping_log_append_time_keeps_the_crc_valid() {
         let mut batch = sample_batch();
+        let (header, records) = batch.split_at_mut(RECORD_BATCH_OVERHEAD);
         stamp_batch(
-            &mut batch,
+            header.try_into().unwrap(),
+            records,
             &AppendStamp {
                 base_offset: 42,
                 partition_leader_epoch: 7,

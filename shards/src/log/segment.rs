@@ -345,17 +345,18 @@ impl LogSegment {
             || last_offset - self.base_offset > i32::MAX as i64
     }
 
-    /// Appends stamped batches (one write), indexing a batch whenever more than
-    /// `index.interval.bytes` were written since the last entry.
-    pub fn append(&self, records: &[u8], batches: &[AppendedBatch]) -> io::Result<()> {
+    /// Appends stamped batches, given in `parts` written back to back (one
+    /// write), indexing a batch whenever more than `index.interval.bytes` were
+    /// written since the last entry.
+    pub fn append(&self, parts: &[&[u8]], batches: &[AppendedBatch]) -> io::Result<()> {
         assert!(!batches.is_empty());
         assert!(
             batches[0].header.base_offset >= self.next_offset(),
             "offsets go backwards"
         );
         let start = self.size_bytes();
-        let len = records.len() as u64;
-        self.log.write_all_at(records, start)?;
+        let len: u64 = parts.iter().map(|part| part.len() as u64).sum();
+        self.log.write_all_vectored_at(parts, start)?;
         // Only written bytes become visible: readers bound themselves by the
         // segment's size and next offset.
         for batch in batches {
