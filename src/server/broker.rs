@@ -2,8 +2,8 @@
 //! `LogManager`), its copy of the metadata image, and the partition operations
 //! the request handlers call, routed to the owning shard over the mesh.
 
-use std::cell::{OnceCell, RefCell};
-use std::collections::BTreeMap;
+use std::cell::{Cell, OnceCell, RefCell};
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -11,9 +11,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use futures_channel::oneshot;
 use futures_lite::future::or;
-use shards::log::{FetchWatch, LogError, LogManager, TopicPartition};
+use shards::log::{FetchWatch, Log, LogError, LogManager, TopicPartition};
 use shards::runtime::ShardMesh;
 use tracing::warn;
 
@@ -34,6 +33,50 @@ pub struct ShardBroker {
     pub fetch_sessions: RefCell<FetchSessionCache>,
     /// The groups of the `__consumer_offsets` partitions this shard leads.
     pub groups: Rc<GroupCoordinator>,
+    /// Fetches parked on this shard's partitions (Kafka's fetch purgatory), so
+    /// the shard a fetch arrived on can release them. A connection has one
+    /// request in flight: about one entry per connection fetching from here.
+    parked_fetches: RefCell<HashMap<ParkedFetchId, Rc<FetchWatch>>>,
+    next_parked_fetch: Cell<u64>,
+}
+
+/// A parked fetch on every shard it waits on: the shard it arrived on and a
+/// number from that shard's count.
+type ParkedFetchId = (usize, u64);
+
+/// A fetch parked on this shard's partitions: its watch registered with their
+/// logs and in `ShardBroker::parked_fetches`, until dropped.
+struct ParkedFetch<'a> {
+    broker: &'a ShardBroker,
+    id: ParkedFetchId,
+    watch: Rc<FetchWatch>,
+    logs: Vec<Rc<Log>>,
+}
+
+impl<'a> ParkedFetch<'a> {
+    fn register(broker: &'a ShardBroker, id: ParkedFetchId, logs: Vec<Rc<Log>>) -> Self {
+        let watch = Rc::new(FetchWatch::default());
+        for log in &logs {
+            log.watch_high_watermark(&watch);
+        }
+        let displaced = broker.parked_fetches.borrow_mut().insert(id, watch.clone());
+        assert!(displaced.is_none(), "parked fetch ids are unique");
+        Self {
+            broker,
+            id,
+            watch,
+            logs,
+        }
+    }
+}
+
+impl Drop for ParkedFetch<'_> {
+    fn drop(&mut self) {
+        for log in &self.logs {
+            log.unwatch_high_watermark(&self.watch);
+        }
+        self.broker.parked_fetches.borrow_mut().remove(&self.id);
+    }
 }
 
 /// A partition this broker leads: the shard that owns it and what an append
@@ -105,6 +148,8 @@ impl ShardBroker {
             image: RefCell::new(image),
             mesh: OnceCell::new(),
             fetch_sessions: RefCell::new(fetch_sessions),
+            parked_fetches: RefCell::new(HashMap::new()),
+            next_parked_fetch: Cell::new(0),
         }
     }
 
@@ -392,20 +437,23 @@ impl ShardBroker {
                     .push((tp, high_watermark));
             }
         }
-        // Dropped on return: releases the watches still parked on other shards.
-        let mut cancels = Vec::with_capacity(by_shard.len());
+        let id = (self.shard_id, self.next_parked_fetch.get());
+        self.next_parked_fetch.set(id.1 + 1);
+        let others: Vec<usize> = by_shard
+            .keys()
+            .copied()
+            .filter(|shard| *shard != self.shard_id)
+            .collect();
         let mut parked: Vec<Pin<Box<dyn Future<Output = ()>>>> = vec![Box::pin(
             glommio::timer::sleep(deadline.saturating_duration_since(Instant::now())),
         )];
         for (shard, partitions) in by_shard {
-            let (cancel, cancelled) = oneshot::channel::<()>();
-            cancels.push(cancel);
             let broker = self.clone();
             parked.push(Box::pin(async move {
                 let _ = broker
                     .mesh()
                     .invoke_on(shard, &broker, move |broker: Rc<ShardBroker>| async move {
-                        broker.watch_local(partitions, deadline, cancelled).await
+                        broker.watch_partitions(id, partitions, deadline).await
                     })
                     .await;
             }));
@@ -415,13 +463,23 @@ impl ShardBroker {
             .reduce(|a, b| Box::pin(or(a, b)))
             .expect("the deadline is always there");
         first_done.await;
+        // The watch here went with its future. The other shards release theirs
+        // themselves, on a job, rather than by a waker fired from this thread
+        // (which can race glommio's teardown of the task it wakes); a release
+        // that finds the channel full is left to the deadline.
+        for shard in others {
+            self.mesh()
+                .try_submit_on(shard, move |broker: Rc<ShardBroker>| async move {
+                    broker.release_parked_fetch(id)
+                });
+        }
     }
 
-    async fn watch_local(
+    async fn watch_partitions(
         &self,
+        id: ParkedFetchId,
         partitions: Vec<(TopicPartition, i64)>,
         deadline: Instant,
-        cancelled: oneshot::Receiver<()>,
     ) {
         let logs: Vec<_> = partitions
             .iter()
@@ -430,17 +488,15 @@ impl ShardBroker {
         if logs.iter().any(|(log, seen)| log.high_watermark() != *seen) {
             return; // moved while the request crossed the mesh
         }
-        let watch = Rc::new(FetchWatch::default());
-        for (log, _) in &logs {
-            log.watch_high_watermark(&watch);
-        }
+        let parked =
+            ParkedFetch::register(self, id, logs.into_iter().map(|(log, _)| log).collect());
         let timeout = glommio::timer::sleep(deadline.saturating_duration_since(Instant::now()));
-        let cancelled = async {
-            let _ = cancelled.await;
-        };
-        or(watch.moved(), or(cancelled, timeout)).await;
-        for (log, _) in &logs {
-            log.unwatch_high_watermark(&watch);
+        or(parked.watch.moved(), timeout).await;
+    }
+
+    fn release_parked_fetch(&self, id: ParkedFetchId) {
+        if let Some(watch) = self.parked_fetches.borrow().get(&id) {
+            watch.wake();
         }
     }
 

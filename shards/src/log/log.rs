@@ -53,7 +53,7 @@ impl FetchWatch {
     pub async fn moved(&self) {
         let _ = self.moved.acquire(1).await;
     }
-    fn wake(&self) {
+    pub fn wake(&self) {
         self.moved.signal(1);
     }
 }

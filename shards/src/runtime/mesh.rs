@@ -157,6 +157,23 @@ impl<S: 'static> ShardMesh<S> {
         answer.await.map_err(|_| MeshError::Closed)
     }
 
+    /// Hands `work` to another shard without waiting, neither for room nor
+    /// for it to run; false when the channel is full or closed and `work` was
+    /// dropped. For work whose loss only costs time (a release that a
+    /// deadline also brings).
+    pub fn try_submit_on<F, Fut>(&self, shard: usize, work: F) -> bool
+    where
+        F: FnOnce(Rc<S>) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + 'static,
+    {
+        assert_ne!(shard, self.shard_id, "local work runs inline");
+        let Some(Some(sender)) = self.senders.get(shard) else {
+            return false;
+        };
+        let job: Job<S> = Box::new(move |state| Box::pin(work(state)));
+        sender.try_send(job).is_ok()
+    }
+
     /// Closes this shard's outgoing channels (shutdown).
     pub fn close(&self) {
         for sender in self.senders.iter().flatten() {
