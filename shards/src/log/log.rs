@@ -152,7 +152,8 @@ pub struct Log {
     log_end_offset: Cell<i64>,
     high_watermark: Cell<i64>,
     /// Fetches parked on this partition, woken when the high watermark moves.
-    /// A connection has one request in flight, so at most one per connection.
+    /// A connection has one request in flight, so about one per connection
+    /// fetching it (a watch released by another shard lingers until its job runs).
     fetch_watches: RefCell<Vec<Rc<FetchWatch>>>,
     /// The recovery point and what guards it, shared with the background flush
     /// of rolled segments.
