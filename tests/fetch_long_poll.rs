@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use common::{Broker, Client};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse, TopicName};
+use kafka_protocol::messages::{
+    ApiKey, DeleteTopicsRequest, DeleteTopicsResponse, FetchRequest, FetchResponse, TopicName,
+};
 use kafka_protocol::protocol::StrBytes;
 use shards::log::record_batch::RecordBatchBuilder;
 
@@ -141,4 +143,39 @@ fn a_parked_fetch_answers_when_data_arrives() {
         "answered after {waited:?}"
     );
     assert_eq!(returned_bytes(&response)[1], 2 * small as usize);
+}
+
+#[test]
+fn a_parked_fetch_answers_when_its_topic_is_deleted() {
+    let broker = Broker::start(&[]);
+    let mut client = Client::connect(&broker.address());
+    client.create_topic(TOPIC, PARTITIONS);
+    let address = broker.address();
+    let deleter = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        let request = DeleteTopicsRequest::default()
+            .with_topic_names(vec![TopicName(StrBytes::from_static_str(TOPIC))])
+            .with_timeout_ms(5_000);
+        let deleted: DeleteTopicsResponse = Client::connect(&address)
+            .call(ApiKey::DeleteTopics, 5, &request)
+            .unwrap();
+        assert_eq!(deleted.responses[0].error_code, 0);
+    });
+    let started = Instant::now();
+    let response = fetch(&mut client, &[0; PARTITIONS as usize], 30_000, 1);
+    let waited = started.elapsed();
+    deleter.join().unwrap();
+    assert!(
+        waited < Duration::from_secs(10),
+        "answered after {waited:?}"
+    );
+    let errors: Vec<i16> = response
+        .responses
+        .iter()
+        .flat_map(|t| t.partitions.iter().map(|p| p.error_code))
+        .collect();
+    assert!(
+        errors.iter().any(|code| *code != 0),
+        "the partitions are gone: {errors:?}"
+    );
 }

@@ -485,8 +485,11 @@ impl ShardBroker {
             .iter()
             .filter_map(|(tp, seen)| Some((self.log_manager.get_log(tp)?, *seen)))
             .collect();
-        if logs.iter().any(|(log, seen)| log.high_watermark() != *seen) {
-            return; // moved while the request crossed the mesh
+        if logs
+            .iter()
+            .any(|(log, seen)| log.high_watermark() != *seen || log.is_deleted())
+        {
+            return; // moved (or went) while the request crossed the mesh
         }
         let parked =
             ParkedFetch::register(self, id, logs.into_iter().map(|(log, _)| log).collect());

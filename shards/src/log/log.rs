@@ -341,9 +341,11 @@ impl Log {
     /// fetches parked on this partition.
     pub fn set_high_watermark(&self, offset: i64) {
         let offset = offset.clamp(self.log_start_offset(), self.log_end_offset());
-        if offset == self.high_watermark.replace(offset) {
-            return;
+        if offset != self.high_watermark.replace(offset) {
+            self.wake_fetch_watches();
         }
+    }
+    fn wake_fetch_watches(&self) {
         for watch in self.fetch_watches.take() {
             watch.wake();
         }
@@ -858,6 +860,9 @@ impl Log {
     pub async fn mark_deleted(&self) -> Result<PathBuf, LogError> {
         let _exclusive = self.exclusive().await;
         self.deleted.set(true);
+        // Parked fetches read again now and find the partition gone, as
+        // Kafka completes a DelayedFetch whose partition went away.
+        self.wake_fetch_watches();
         let doomed = self.dir.with_file_name(format!(
             "{}.{:x}{DELETE_DIR_SUFFIX}",
             self.topic_partition,
