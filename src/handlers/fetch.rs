@@ -5,8 +5,11 @@
 //! incremental fetch sessions (KIP-227).
 
 use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::time::{Duration, Instant};
 
+use futures_util::future::join_all;
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::{FetchRequest, FetchResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
@@ -127,31 +130,36 @@ pub async fn handle(ctx: &RequestContext, request: FetchRequest, version: i16) -
         // Every partition is read at once (on its own shard), each up to its
         // own limit; the response's budget is then applied in request order,
         // the first batch of the first partition with data always whole (KIP-74).
-        let reads: Vec<_> = targets
+        // The reads are awaited in this (connection) task, not a task each: an
+        // answer from another shard then wakes a task that outlives it, never one
+        // that finishes right after its wake (glommio's cross-thread wake can
+        // race the teardown of such a task).
+        let limits: Vec<usize> = targets
             .iter()
-            .map(|((name, partition), cached)| {
-                let (broker, name, partition) = (ctx.broker.clone(), name.clone(), *partition);
-                let (fetch_offset, limit) = (
-                    cached.fetch_offset,
-                    (cached.max_bytes.max(0) as usize).min(max_bytes),
-                );
-                let read = glommio::spawn_local(async move {
-                    if name.is_empty() {
-                        return ReadResult::error(error_code::UNKNOWN_TOPIC_ID);
-                    }
-                    broker
-                        .read(&name, partition, fetch_offset, limit, true)
-                        .await
-                });
-                (limit, read)
+            .map(|(_, cached)| (cached.max_bytes.max(0) as usize).min(max_bytes))
+            .collect();
+        let reads: Vec<Pin<Box<dyn Future<Output = ReadResult>>>> = targets
+            .iter()
+            .zip(&limits)
+            .map(|(((name, partition), cached), limit)| {
+                let read: Pin<Box<dyn Future<Output = ReadResult>>> = if name.is_empty() {
+                    Box::pin(std::future::ready(ReadResult::error(
+                        error_code::UNKNOWN_TOPIC_ID,
+                    )))
+                } else {
+                    Box::pin(
+                        ctx.broker
+                            .read(name, *partition, cached.fetch_offset, *limit, true),
+                    )
+                };
+                read
             })
             .collect();
         let mut budget = max_bytes;
         let mut total_bytes = 0usize;
         let mut any_error = false;
         let mut results: Vec<ReadResult> = Vec::with_capacity(targets.len());
-        for (limit, read) in reads {
-            let mut result = read.await;
+        for (limit, mut result) in limits.into_iter().zip(join_all(reads).await) {
             let size = result.records.as_ref().map_or(0, |r| r.len());
             if total_bytes > 0 && (size > budget || size > limit) {
                 // Past a limit, and not the first data: the next fetch gets it.
