@@ -125,11 +125,10 @@ impl Member {
     /// Leaves the group cleanly (LeaveGroup) and waits for the process.
     fn leave(&mut self) {
         drop(self.child.stdin.take());
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while self.child.try_wait().unwrap().is_none() {
-            assert!(Instant::now() < deadline, "member did not exit");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        assert!(
+            common::wait_for_exit(&mut self.child, Duration::from_secs(20)).is_some(),
+            "member did not exit"
+        );
     }
 }
 

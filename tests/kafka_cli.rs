@@ -364,14 +364,10 @@ fn java_consumers_share_partitions_and_the_survivor_takes_over() {
         unsafe { libc::kill(members.0[1].id() as i32, libc::SIGTERM) },
         0
     );
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while members.0[1].try_wait().unwrap().is_none() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the consumer ignored SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    assert!(
+        common::wait_for_exit(&mut members.0[1], Duration::from_secs(30)).is_some(),
+        "the consumer ignored SIGTERM"
+    );
     wait_for_assignment(&mut client, "java-group", 1, &all, Duration::from_secs(30));
     eprintln!(
         "the Java survivor held every partition {:?} after the kill",

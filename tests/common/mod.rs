@@ -25,6 +25,20 @@ use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 /// How long a broker may take to accept connections.
 const START_TIMEOUT: Duration = Duration::from_secs(20);
 
+/// Waits at most `within` for `child` to exit; None if it is still running.
+pub fn wait_for_exit(child: &mut Child, within: Duration) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -127,17 +141,12 @@ impl Broker {
     pub fn stop(&mut self) {
         let mut child = self.child.take().expect("running");
         unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                assert!(status.success(), "unclean exit {status}:\n{}", self.log());
-                return;
-            }
-            if Instant::now() > deadline {
+        match wait_for_exit(&mut child, Duration::from_secs(30)) {
+            Some(status) => assert!(status.success(), "unclean exit {status}:\n{}", self.log()),
+            None => {
                 let _ = child.kill();
                 panic!("broker did not stop within 30 s:\n{}", self.log());
             }
-            std::thread::sleep(Duration::from_millis(20));
         }
     }
 

@@ -183,7 +183,7 @@ impl Log {
                     .map_err(io)?;
             }
         }
-        cleaned.on_become_inactive().await.map_err(io)?;
+        cleaned.on_become_inactive().map_err(io)?;
         cleaned.flush().await.map_err(io)?;
         stats.bytes_after += cleaned.size_bytes();
         drop(cleaned);

@@ -74,32 +74,31 @@ impl SegmentFile {
         let len: usize = parts.iter().map(|part| part.len()).sum();
         let mut written = 0usize;
         while written < len {
-            // What is left of the parts after the first `written` bytes.
+            // What is left of the parts after the first `written` bytes, in
+            // iovecs on the stack: no allocation per append.
+            let mut iovecs = [libc::iovec {
+                iov_base: std::ptr::null_mut(),
+                iov_len: 0,
+            }; MAX_WRITE_PARTS];
+            let mut count = 0;
             let mut skip = written;
-            let iovecs: Vec<libc::iovec> = parts
-                .iter()
-                .filter_map(|part| {
-                    if skip >= part.len() {
-                        skip -= part.len();
-                        return None;
-                    }
-                    let rest = &part[skip..];
-                    skip = 0;
-                    Some(libc::iovec {
-                        iov_base: rest.as_ptr() as *mut libc::c_void,
-                        iov_len: rest.len(),
-                    })
-                })
-                .collect();
+            for part in parts {
+                if skip >= part.len() {
+                    skip -= part.len();
+                    continue;
+                }
+                let rest = &part[skip..];
+                skip = 0;
+                iovecs[count] = libc::iovec {
+                    iov_base: rest.as_ptr() as *mut libc::c_void,
+                    iov_len: rest.len(),
+                };
+                count += 1;
+            }
             let at = (position + written as u64) as libc::off_t;
-            // SAFETY: every iovec covers a live slice of `parts` for the call.
+            // SAFETY: the first `count` iovecs cover live slices of `parts`.
             let n = unsafe {
-                libc::pwritev(
-                    self.as_raw_fd(),
-                    iovecs.as_ptr(),
-                    iovecs.len() as libc::c_int,
-                    at,
-                )
+                libc::pwritev(self.as_raw_fd(), iovecs.as_ptr(), count as libc::c_int, at)
             };
             match n {
                 n if n > 0 => written += n as usize,

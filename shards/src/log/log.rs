@@ -524,7 +524,6 @@ impl Log {
             return Ok(old); // already empty at the log end
         }
         old.on_become_inactive()
-            .await
             .map_err(|error| self.health.on_error(error.into()))?;
         let segment = Rc::new(
             LogSegment::create(&self.dir, base, "", &self.config(), now_ms)

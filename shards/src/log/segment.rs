@@ -407,7 +407,7 @@ impl LogSegment {
     }
 
     /// Adds the final time index entry when the segment stops being active.
-    pub async fn on_become_inactive(&self) -> io::Result<()> {
+    pub fn on_become_inactive(&self) -> io::Result<()> {
         let max = self.max_timestamp_and_offset();
         if max.timestamp == NO_TIMESTAMP {
             return Ok(());
