@@ -9,6 +9,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use futures_util::future::join_all;
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::{FetchRequest, FetchResponse, TopicName};
@@ -16,7 +17,7 @@ use kafka_protocol::protocol::StrBytes;
 use shards::log::TopicPartition;
 
 use super::RequestContext;
-use crate::protocol::error_code;
+use crate::protocol::{error_code, Records};
 use crate::server::broker::ReadResult;
 use crate::server::fetch_session::{next_epoch, CachedPartition, SessionKey};
 
@@ -34,7 +35,19 @@ enum Mode {
     Incremental { session_id: i32 },
 }
 
-pub async fn handle(ctx: &RequestContext, request: FetchRequest, version: i16) -> FetchResponse {
+/// The response, with each answered partition's records in order beside it
+/// (`encode_fetch_response` frames them; the partitions' own `records` are unset).
+pub async fn handle(
+    ctx: &RequestContext,
+    request: FetchRequest,
+    version: i16,
+) -> (FetchResponse, Vec<Records>) {
+    let refused = |error_code| {
+        (
+            FetchResponse::default().with_error_code(error_code),
+            Vec::new(),
+        )
+    };
     let image = ctx.broker.image();
     let topic_name = |name: &TopicName, id: &uuid::Uuid| {
         if version >= 13 {
@@ -79,7 +92,7 @@ pub async fn handle(ctx: &RequestContext, request: FetchRequest, version: i16) -
             requested,
         ),
         (0, INITIAL_EPOCH) => (Mode::Full { open_session: true }, requested),
-        (0, _) => return FetchResponse::default().with_error_code(INVALID_FETCH_SESSION_EPOCH),
+        (0, _) => return refused(INVALID_FETCH_SESSION_EPOCH),
         (id, FINAL_EPOCH) => {
             ctx.broker.fetch_sessions.borrow_mut().remove(id);
             (
@@ -97,10 +110,10 @@ pub async fn handle(ctx: &RequestContext, request: FetchRequest, version: i16) -
         (id, epoch) => {
             let mut sessions = ctx.broker.fetch_sessions.borrow_mut();
             let Some(session) = sessions.get_mut(id) else {
-                return FetchResponse::default().with_error_code(FETCH_SESSION_ID_NOT_FOUND);
+                return refused(FETCH_SESSION_ID_NOT_FOUND);
             };
             if session.next_epoch != epoch {
-                return FetchResponse::default().with_error_code(INVALID_FETCH_SESSION_EPOCH);
+                return refused(INVALID_FETCH_SESSION_EPOCH);
             }
             for (key, partition) in requested {
                 let cached = session.partitions.entry(key).or_insert(partition.clone());
@@ -160,7 +173,7 @@ pub async fn handle(ctx: &RequestContext, request: FetchRequest, version: i16) -
         let mut any_error = false;
         let mut results: Vec<ReadResult> = Vec::with_capacity(targets.len());
         for (limit, mut result) in limits.into_iter().zip(join_all(reads).await) {
-            let size = result.records.as_ref().map_or(0, |r| r.len());
+            let size = result.records.as_ref().map_or(0, Records::size_bytes);
             if total_bytes > 0 && (size > budget || size > limit) {
                 // Past a limit, and not the first data: the next fetch gets it.
                 result.records = None;
@@ -216,7 +229,7 @@ pub async fn handle(ctx: &RequestContext, request: FetchRequest, version: i16) -
             if let Some(session) = sessions.get_mut(session_id) {
                 for (index, ((key, _), result)) in targets.iter().zip(&results).enumerate() {
                     if let Some(cached) = session.partitions.get_mut(key) {
-                        let changed = result.records.as_ref().is_some_and(|r| !r.is_empty())
+                        let changed = result.records.as_ref().is_some_and(|r| r.size_bytes() > 0)
                             || result.error_code != error_code::NONE
                             || result.high_watermark != cached.high_watermark
                             || result.last_stable_offset != cached.last_stable_offset
@@ -232,6 +245,7 @@ pub async fn handle(ctx: &RequestContext, request: FetchRequest, version: i16) -
 
     // Group answered partitions by topic, in order.
     let mut responses: Vec<FetchableTopicResponse> = Vec::new();
+    let mut records: Vec<Records> = Vec::new();
     for (((name, partition), cached), (result, answer)) in
         targets.iter().zip(results.into_iter().zip(answered))
     {
@@ -244,8 +258,13 @@ pub async fn handle(ctx: &RequestContext, request: FetchRequest, version: i16) -
             .with_high_watermark(result.high_watermark)
             .with_last_stable_offset(result.last_stable_offset)
             .with_log_start_offset(result.log_start_offset)
-            // Clients read a null record set as a protocol error: send empty.
-            .with_records(Some(result.records.unwrap_or_default()));
+            .with_records(None);
+        // Clients read a null record set as a protocol error: send empty.
+        records.push(
+            result
+                .records
+                .unwrap_or_else(|| Records::Memory(Bytes::new())),
+        );
         if version >= 4 {
             data = data.with_aborted_transactions(Some(Vec::new()));
         }
@@ -270,7 +289,7 @@ pub async fn handle(ctx: &RequestContext, request: FetchRequest, version: i16) -
     if version >= 7 {
         response = response.with_session_id(response_session_id);
     }
-    response
+    (response, records)
 }
 
 fn remembered(cached: &CachedPartition, result: &ReadResult) -> CachedPartition {

@@ -33,7 +33,10 @@ use bytes::Bytes;
 use kafka_protocol::messages::{ApiKey, RequestHeader};
 use tracing::debug;
 
-use crate::protocol::{decode_body, decode_header, encode_response, peek_api, FrameError};
+use crate::protocol::{
+    decode_body, decode_header, encode_fetch_response, encode_response, peek_api, FrameError,
+    FramePart,
+};
 use crate::server::broker::ShardBroker;
 
 /// Every API served, with the versions served (min, max).
@@ -98,6 +101,8 @@ impl RequestContext {
 /// What to do after a request.
 pub enum Outcome {
     Respond(Bytes),
+    /// A frame in parts, ranges of segment files among them (Fetch).
+    RespondInParts(Vec<FramePart>),
     /// acks=0 produce: Kafka sends nothing back.
     NoResponse,
 }
@@ -167,7 +172,16 @@ pub async fn handle_request(
                 None => Ok(Outcome::NoResponse),
             }
         }
-        ApiKey::Fetch => serve!(ctx, frame, key, version, fetch::handle),
+        ApiKey::Fetch => {
+            let request = decode_body(&mut frame, version)?;
+            let (response, records) = fetch::handle(&ctx, request, version).await;
+            Ok(Outcome::RespondInParts(encode_fetch_response(
+                version,
+                ctx.header.correlation_id,
+                &response,
+                records,
+            )))
+        }
         ApiKey::ListOffsets => serve!(ctx, frame, key, version, list_offsets::handle),
         ApiKey::CreateTopics => serve!(ctx, frame, key, version, create_topics::handle),
         ApiKey::DeleteTopics => serve!(ctx, frame, key, version, delete_topics::handle),

@@ -5,16 +5,20 @@
 //! requests are answered in order and each connection has one request in flight.
 
 use std::cell::Cell;
+use std::io;
 use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, RawFd};
 use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::{TcpListener, TcpStream};
+use shards::log::FileRecords;
 use tracing::{debug, info, warn};
 
 use crate::handlers::{handle_request, Outcome};
+use crate::protocol::FramePart;
 use crate::server::broker::ShardBroker;
 
 /// How long the accept loop waits after a failed accept.
@@ -77,6 +81,100 @@ pub fn bind(address: SocketAddr) -> std::io::Result<TcpListener> {
     Ok(listener)
 }
 
+fn set_nonblocking(fd: RawFd) -> io::Result<()> {
+    // SAFETY: plain fcntl calls on a descriptor the stream keeps open.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Sends a frame's parts in order: bytes with send(2) (MSG_MORE while parts
+/// follow, so a partition's fields and its records share packets), file ranges
+/// with sendfile(2) straight from the page cache.
+async fn send_parts(stream: &mut TcpStream, parts: &[FramePart]) -> io::Result<()> {
+    for (index, part) in parts.iter().enumerate() {
+        let more = index + 1 < parts.len();
+        match part {
+            FramePart::Bytes(bytes) => send_bytes(stream, bytes, more).await?,
+            FramePart::File(records) => send_file(stream, records).await?,
+        }
+    }
+    Ok(())
+}
+
+async fn send_bytes(stream: &mut TcpStream, bytes: &[u8], more: bool) -> io::Result<()> {
+    let flags = libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL | if more { libc::MSG_MORE } else { 0 };
+    let mut sent = 0;
+    while sent < bytes.len() {
+        let rest = &bytes[sent..];
+        // SAFETY: the pointer and length cover `rest`.
+        let n = unsafe { libc::send(stream.as_raw_fd(), rest.as_ptr().cast(), rest.len(), flags) };
+        if n >= 0 {
+            sent += n as usize;
+            continue;
+        }
+        let error = io::Error::last_os_error();
+        match error.kind() {
+            io::ErrorKind::Interrupted => {}
+            // A full socket: glommio's write waits for room.
+            io::ErrorKind::WouldBlock => return stream.write_all(rest).await,
+            _ => return Err(error),
+        }
+    }
+    Ok(())
+}
+
+/// How much of a file range goes through a plain write when the socket is full:
+/// glommio offers no wait for room other than a write, so the range's next bytes
+/// are that write, and sendfile takes over again once it is through.
+const FULL_SOCKET_WRITE_BYTES: usize = 4096;
+
+async fn send_file(stream: &mut TcpStream, records: &FileRecords) -> io::Result<()> {
+    let ended = || {
+        io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "a segment file ended inside a fetched range",
+        )
+    };
+    let mut sent = 0usize;
+    while sent < records.size_bytes() {
+        let mut offset = (records.position() + sent as u64) as libc::off_t;
+        // SAFETY: both descriptors are open; the kernel advances `offset`.
+        let n = unsafe {
+            libc::sendfile(
+                stream.as_raw_fd(),
+                records.as_raw_fd(),
+                &mut offset,
+                records.size_bytes() - sent,
+            )
+        };
+        match n {
+            n if n > 0 => sent += n as usize,
+            // The file is shorter than the range: the frame cannot be finished.
+            0 => return Err(ended()),
+            _ => {
+                let error = io::Error::last_os_error();
+                match error.kind() {
+                    io::ErrorKind::Interrupted => {}
+                    io::ErrorKind::WouldBlock => {
+                        let mut chunk = [0u8; FULL_SOCKET_WRITE_BYTES];
+                        let read = records.read_at(sent, &mut chunk)?;
+                        if read == 0 {
+                            return Err(ended());
+                        }
+                        stream.write_all(&chunk[..read]).await?;
+                        sent += read;
+                    }
+                    _ => return Err(error),
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Serves one connection until the client closes it or breaks the protocol.
 async fn serve_connection(
     mut stream: TcpStream,
@@ -84,6 +182,10 @@ async fn serve_connection(
     in_flight: &InFlight,
 ) -> Result<(), String> {
     stream.set_nodelay(true).map_err(|e| e.to_string())?;
+    // sendfile must not block the shard on a full socket. glommio's own reads
+    // and writes are already nonblocking (MSG_DONTWAIT, then a poll through
+    // io_uring), so they are unaffected.
+    set_nonblocking(stream.as_raw_fd()).map_err(|e| e.to_string())?;
     let client_host = stream
         .peer_addr()
         .map(|address| format!("/{}", address.ip()))
@@ -130,6 +232,9 @@ async fn serve_connection(
                 .write_all(&response)
                 .await
                 .map_err(|e| e.to_string())?,
+            Ok(Outcome::RespondInParts(parts)) => send_parts(&mut stream, &parts)
+                .await
+                .map_err(|e| format!("sending a response: {e}"))?,
             Ok(Outcome::NoResponse) => {}
             Err(error) => {
                 debug!(%error, "request refused");

@@ -1,5 +1,10 @@
 //! Kafka's wire protocol at the edge: frames, request headers, response frames,
-//! and Kafka's error codes. Message bodies are the kafka-protocol crate's.
+//! and Kafka's error codes. Message bodies are the kafka-protocol crate's, but
+//! for Fetch responses, framed here around file ranges (fetch_response.rs).
+
+mod fetch_response;
+
+pub use fetch_response::{encode_fetch_response, FramePart, Records};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};

@@ -21,7 +21,7 @@ use super::fetch_session::FetchSessionCache;
 use crate::config::BrokerConfig;
 use crate::coordinator::group::{partition_for, GroupCoordinator, GROUP_METADATA_TOPIC_NAME};
 use crate::metadata::image::{kafka_uuid_string, MetadataImage};
-use crate::protocol::error_code;
+use crate::protocol::{error_code, Records};
 
 pub struct ShardBroker {
     pub shard_id: usize,
@@ -97,14 +97,19 @@ pub struct AppendResult {
     pub log_start_offset: i64,
 }
 
+/// A fetched range at least this long is sent from the page cache with
+/// sendfile; a shorter one is copied into the response, which then goes out in
+/// one send instead of a send and a sendfile per partition.
+const SENDFILE_MIN_BYTES: usize = 64 * 1024;
+
 /// One partition's fetch outcome: the stored batches, as they are.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct ReadResult {
     pub error_code: i16,
     pub high_watermark: i64,
     pub last_stable_offset: i64,
     pub log_start_offset: i64,
-    pub records: Option<Bytes>,
+    pub records: Option<Records>,
 }
 
 impl ReadResult {
@@ -410,8 +415,29 @@ impl ShardBroker {
         {
             Ok(info) => {
                 if let Some(slice) = info.records {
-                    match slice.read().await {
-                        Ok(bytes) => result.records = Some(Bytes::from(bytes)),
+                    // Only what the page cache holds is left to sendfile: the
+                    // connection's shard must never wait for the disk. The rest
+                    // is read through io_uring, which also brings it into the
+                    // cache; so is a range whose descriptor cannot be duplicated
+                    // (out of descriptors is no disk error).
+                    let file = (slice.size_bytes >= SENDFILE_MIN_BYTES
+                        && slice.file.is_cached(slice.position, slice.size_bytes))
+                    .then(|| {
+                        slice
+                            .file
+                            .file_records(slice.position, slice.size_bytes)
+                            .ok()
+                    })
+                    .flatten();
+                    let records = match file {
+                        Some(file) => Ok(Records::File(file)),
+                        None => slice
+                            .read()
+                            .await
+                            .map(|bytes| Records::Memory(Bytes::from(bytes))),
+                    };
+                    match records {
+                        Ok(records) => result.records = Some(records),
                         Err(error) => {
                             result.error_code =
                                 log.health().on_error(error.into()).kafka_error_code()

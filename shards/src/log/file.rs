@@ -3,10 +3,15 @@
 //! files) or straight from the page cache when it holds the range.
 
 use std::io;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 
 use glommio::io::{BufferedFile, OpenOptions, ReadResult};
+
+/// cachestat(2) (Linux 6.5), the same number on every architecture; the libc
+/// crate does not name it for x86_64 yet.
+const SYS_CACHESTAT: libc::c_long = 451;
+const PAGE_SIZE_BYTES: u64 = 4096;
 
 /// Parts one vectored write takes (a batch header and its records, say); far
 /// below the kernel's IOV_MAX.
@@ -158,6 +163,59 @@ impl SegmentFile {
         Ok(buf)
     }
 
+    /// Whether the page cache holds every page of `[position, position + len)`
+    /// (cachestat(2)): sending such a range never waits for the disk. False
+    /// where the kernel cannot tell, and for a range past the end of the file.
+    pub fn is_cached(&self, position: u64, len: usize) -> bool {
+        #[repr(C)]
+        struct CachestatRange {
+            off: u64,
+            len: u64,
+        }
+        #[repr(C)]
+        #[derive(Default)]
+        struct Cachestat {
+            nr_cache: u64,
+            nr_dirty: u64,
+            nr_writeback: u64,
+            nr_evicted: u64,
+            nr_recently_evicted: u64,
+        }
+        if len == 0 {
+            return true;
+        }
+        let range = CachestatRange {
+            off: position,
+            len: len as u64,
+        };
+        let mut stat = Cachestat::default();
+        // SAFETY: both structs are live and laid out as the kernel's.
+        let status = unsafe {
+            libc::syscall(
+                SYS_CACHESTAT,
+                self.as_raw_fd(),
+                &range as *const CachestatRange,
+                &mut stat as *mut Cachestat,
+                0,
+            )
+        };
+        let first_page = position / PAGE_SIZE_BYTES;
+        let end_page = (position + len as u64).div_ceil(PAGE_SIZE_BYTES);
+        status == 0 && stat.nr_cache >= end_page - first_page
+    }
+
+    /// `[position, position + size_bytes)` as `FileRecords`: a descriptor of
+    /// its own (dup), so any shard can send it and it outlives this handle.
+    pub fn file_records(&self, position: u64, size_bytes: usize) -> io::Result<FileRecords> {
+        // SAFETY: the descriptor is open for as long as `self` is.
+        let fd = unsafe { BorrowedFd::borrow_raw(self.as_raw_fd()) }.try_clone_to_owned()?;
+        Ok(FileRecords {
+            fd,
+            position,
+            size_bytes,
+        })
+    }
+
     /// Reads exactly `len` bytes at `position`, failing with UnexpectedEof.
     pub async fn read_exact_at(&self, position: u64, len: usize) -> io::Result<ReadResult> {
         let read = self.read_at(position, len).await?;
@@ -194,6 +252,58 @@ impl SegmentFile {
 
     pub async fn remove(&self) -> io::Result<()> {
         self.file.remove().await.map_err(to_io)
+    }
+}
+
+/// Stored batches a fetch response sends straight from the page cache with
+/// sendfile(2), as Kafka's `FileRecords.writeTo` does: no copy in user space.
+/// The descriptor is the range's own, so the range stays readable after its
+/// segment is deleted or replaced, and it may cross to another shard.
+#[derive(Debug)]
+pub struct FileRecords {
+    fd: OwnedFd,
+    position: u64,
+    size_bytes: usize,
+}
+
+impl FileRecords {
+    pub fn size_bytes(&self) -> usize {
+        self.size_bytes
+    }
+
+    pub fn position(&self) -> u64 {
+        self.position
+    }
+
+    /// Copies the range's bytes from `offset` (within the range) into `buf`;
+    /// how many, 0 at the end of the range or of the file. A blocking pread:
+    /// for ranges the page cache holds.
+    pub fn read_at(&self, offset: usize, buf: &mut [u8]) -> io::Result<usize> {
+        let len = buf.len().min(self.size_bytes.saturating_sub(offset));
+        loop {
+            // SAFETY: the pointer and length stay within `buf`.
+            let read = unsafe {
+                libc::pread(
+                    self.fd.as_raw_fd(),
+                    buf.as_mut_ptr().cast(),
+                    len,
+                    (self.position + offset as u64) as libc::off_t,
+                )
+            };
+            if read >= 0 {
+                return Ok(read as usize);
+            }
+            let error = io::Error::last_os_error();
+            if error.kind() != io::ErrorKind::Interrupted {
+                return Err(error);
+            }
+        }
+    }
+}
+
+impl AsRawFd for FileRecords {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
     }
 }
 
