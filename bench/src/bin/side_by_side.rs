@@ -11,6 +11,13 @@ use bench::brokers::{self, BrokerKind, BrokerSources, RssSampler};
 use bench::report::{self, Metrics};
 use bench::workloads::{self, latency_ms, ProduceSpec};
 use clap::Parser;
+// jemalloc as this process's malloc, for librdkafka's C code as much as for
+// Rust. With glibc's, every message op librdkafka's fetch thread allocates is
+// freed by the consuming thread, and the two contend for one arena's lock: in
+// W3 that cost the client 1.4-2.1 CPU-s per GiB (0.9-1.0 with jemalloc),
+// enough to make the client, not the broker, what bounded W1 and W3 on two
+// cores. Both brokers get the same client.
+use tikv_jemalloc_sys as _;
 
 #[derive(Parser)]
 struct Args {
@@ -393,7 +400,8 @@ fn main() {
          Machine: {}. Both brokers on loopback, one at a time, started fresh for every run \
          (Kafka {}: a single KRaft node with its shipped `server.properties` and the start \
          script's JVM options, `-Xmx1G -Xms1G` G1; ringbroker with its defaults, one shard per \
-         core). Client: librdkafka {} through the rdkafka crate, on the same machine. Medians \
+         core). Client: librdkafka {} through the rdkafka crate, with jemalloc as its malloc, \
+         on the same machine. Medians \
          of {} runs per broker; ratio = ringbroker / Kafka.\n\n\
          Workloads: W1 {} records of 1 KiB over 6 partitions, acks=1, linger.ms=5, as fast as \
          the client goes; W2 {:.0} records/s of 1 KiB (half of Kafka's W1 records/s) for {} s, \
