@@ -156,8 +156,9 @@ fn every_fetch_version_returns_the_stored_batches() {
 }
 
 /// A response far larger than the socket buffers, to a consumer that reads
-/// nothing for a while: the rest of the shard's clients are served meanwhile,
-/// the topic can even be deleted, and the response then arrives whole.
+/// nothing for a while: the rest of the shard's clients are served meanwhile
+/// (and a consumer hanging up mid-response costs only its connection), the
+/// topic can even be deleted, and the response then arrives whole.
 #[test]
 fn a_response_larger_than_the_socket_arrives_whole() {
     let broker = Broker::start(&[]);
@@ -180,7 +181,16 @@ fn a_response_larger_than_the_socket_arrives_whole() {
         );
         consumer.send_frame(&frame).unwrap();
     }
+    // And one that hangs up without reading its response.
+    let mut gone = Client::connect(&broker.address());
+    let frame = gone.request_frame(
+        ApiKey::Fetch,
+        12,
+        &fetch_request(12, topic, topic_id, 16 << 20),
+    );
+    gone.send_frame(&frame).unwrap();
     std::thread::sleep(Duration::from_millis(500));
+    drop(gone);
 
     // Meanwhile: other requests are answered, and the topic is deleted.
     let mut other = Client::connect(&broker.address());
