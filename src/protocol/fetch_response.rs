@@ -16,6 +16,8 @@ use shards::log::FileRecords;
 const FIRST_FLEXIBLE_VERSION: i16 = 12;
 /// The first version naming topics by id.
 const FIRST_TOPIC_ID_VERSION: i16 = 13;
+/// About what a partition's fields (and its topic's, amortised) take.
+const FIELD_BYTES_PER_PARTITION: usize = 64;
 
 /// One partition's fetched batches, as stored.
 #[derive(Debug)]
@@ -56,7 +58,19 @@ pub fn encode_fetch_response(
     let flexible = version >= FIRST_FLEXIBLE_VERSION;
     // Fields this encoder does not lay out are never set by the broker.
     assert!(response.node_endpoints.is_empty() && response.unknown_tagged_fields.is_empty());
-    let mut frame = FrameBuilder::default();
+    // Room for the copied records and the fields around them, so the buffer
+    // is not regrown while records are copied in.
+    let copied_bytes: usize = records
+        .iter()
+        .filter(|r| matches!(r, Records::Memory(_)))
+        .map(Records::size_bytes)
+        .sum();
+    let mut frame = FrameBuilder {
+        buf: BytesMut::with_capacity(
+            copied_bytes + FIELD_BYTES_PER_PARTITION * (records.len() + 1),
+        ),
+        ..FrameBuilder::default()
+    };
     frame.buf.put_i32(0); // the size, set by `finish`
     frame.buf.put_i32(correlation_id);
     if flexible {
