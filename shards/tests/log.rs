@@ -7,7 +7,7 @@ use std::fs;
 
 use common::*;
 use shards::log::record_batch::CRC_OFFSET;
-use shards::log::{segment_file_path, LogConfig, LogError, LOG_FILE_SUFFIX};
+use shards::log::{page_cache_stat, segment_file_path, LogConfig, LogError, LOG_FILE_SUFFIX};
 
 fn small_segments() -> LogConfig {
     let mut config = LogConfig::default();
@@ -456,5 +456,40 @@ fn flush_messages_moves_the_recovery_point() {
         assert_eq!(log.recovery_point(), 0);
         log.maybe_flush_on_time(1_200).await.unwrap();
         assert_eq!(log.recovery_point(), 2, "flush.ms passed");
+    });
+}
+
+/// Appended data is handed to writeback as it goes (a few MiB at a time), not
+/// left dirty until the kernel's thresholds or its 30 s expiry.
+#[test]
+fn appended_data_is_written_back_as_it_goes() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let segment = segment_file_path(&dir.path().join("topic-0"), 0, LOG_FILE_SUFFIX);
+    run(async {
+        let log = open_log(dir.path(), LogConfig::default(), 0, false).await;
+        // 48 batches of almost 1 MiB.
+        for i in 0..48 {
+            log.append_as_leader(batch(i * 16, 16, 60 * 1024, 5_000), 0, 5_000)
+                .await
+                .unwrap();
+        }
+        // All but the last few MiB are being or have been written back.
+        let settled_bytes = 36 * 1024 * 1024;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let file = fs::File::open(&segment).unwrap();
+            let Some(stat) = page_cache_stat(&file, 0, settled_bytes) else {
+                return; // no cachestat on this kernel: nothing to observe
+            };
+            let dirty = stat.dirty_pages;
+            if dirty == 0 {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{dirty} pages of the first 36 MiB still dirty"
+            );
+            glommio::timer::sleep(std::time::Duration::from_millis(50)).await;
+        }
     });
 }

@@ -163,45 +163,17 @@ impl SegmentFile {
         Ok(buf)
     }
 
-    /// Whether the page cache holds every page of `[position, position + len)`
-    /// (cachestat(2)): sending such a range never waits for the disk. False
-    /// where the kernel cannot tell, and for a range past the end of the file.
+    /// Whether the page cache holds every page of `[position, position + len)`:
+    /// sending such a range never waits for the disk. False where the kernel
+    /// cannot tell, and for a range past the end of the file.
     pub fn is_cached(&self, position: u64, len: usize) -> bool {
-        #[repr(C)]
-        struct CachestatRange {
-            off: u64,
-            len: u64,
-        }
-        #[repr(C)]
-        #[derive(Default)]
-        struct Cachestat {
-            nr_cache: u64,
-            nr_dirty: u64,
-            nr_writeback: u64,
-            nr_evicted: u64,
-            nr_recently_evicted: u64,
-        }
         if len == 0 {
             return true;
         }
-        let range = CachestatRange {
-            off: position,
-            len: len as u64,
-        };
-        let mut stat = Cachestat::default();
-        // SAFETY: both structs are live and laid out as the kernel's.
-        let status = unsafe {
-            libc::syscall(
-                SYS_CACHESTAT,
-                self.as_raw_fd(),
-                &range as *const CachestatRange,
-                &mut stat as *mut Cachestat,
-                0,
-            )
-        };
         let first_page = position / PAGE_SIZE_BYTES;
         let end_page = (position + len as u64).div_ceil(PAGE_SIZE_BYTES);
-        status == 0 && stat.nr_cache >= end_page - first_page
+        page_cache_stat(self, position, len as u64)
+            .is_some_and(|stat| stat.cached_pages >= end_page - first_page)
     }
 
     /// `[position, position + size_bytes)` as `FileRecords`: a descriptor of
@@ -255,6 +227,47 @@ impl SegmentFile {
     }
 }
 
+/// What the page cache holds of a file's range, in pages.
+#[derive(Debug, Clone, Copy)]
+pub struct PageCacheStat {
+    pub cached_pages: u64,
+    pub dirty_pages: u64,
+}
+
+/// cachestat(2) of `[position, position + len)`; None where the kernel has none.
+pub fn page_cache_stat(file: &impl AsRawFd, position: u64, len: u64) -> Option<PageCacheStat> {
+    #[repr(C)]
+    struct CachestatRange {
+        off: u64,
+        len: u64,
+    }
+    #[repr(C)]
+    #[derive(Default)]
+    struct Cachestat {
+        nr_cache: u64,
+        nr_dirty: u64,
+        nr_writeback: u64,
+        nr_evicted: u64,
+        nr_recently_evicted: u64,
+    }
+    let range = CachestatRange { off: position, len };
+    let mut stat = Cachestat::default();
+    // SAFETY: both structs are live and laid out as the kernel's.
+    let status = unsafe {
+        libc::syscall(
+            SYS_CACHESTAT,
+            file.as_raw_fd(),
+            &range as *const CachestatRange,
+            &mut stat as *mut Cachestat,
+            0,
+        )
+    };
+    (status == 0).then_some(PageCacheStat {
+        cached_pages: stat.nr_cache,
+        dirty_pages: stat.nr_dirty,
+    })
+}
+
 /// Stored batches a fetch response sends straight from the page cache with
 /// sendfile(2), as Kafka's `FileRecords.writeTo` does: no copy in user space.
 /// The descriptor is the range's own, so the range stays readable after its
@@ -273,6 +286,24 @@ impl FileRecords {
 
     pub fn position(&self) -> u64 {
         self.position
+    }
+
+    /// Starts writeback of the range's dirty pages without waiting for it
+    /// (sync_file_range SYNC_FILE_RANGE_WRITE). Blocking: for the blocking pool.
+    pub fn start_writeback(&self) -> io::Result<()> {
+        // SAFETY: a plain syscall on a descriptor this value owns.
+        let status = unsafe {
+            libc::sync_file_range(
+                self.fd.as_raw_fd(),
+                self.position as libc::off64_t,
+                self.size_bytes as libc::off64_t,
+                libc::SYNC_FILE_RANGE_WRITE,
+            )
+        };
+        if status < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
     }
 
     /// Copies the range's bytes from `offset` (within the range) into `buf`;

@@ -21,7 +21,7 @@ pub use cleaner::CleanerStats;
 pub use compression::decompress;
 pub use config::{CleanupPolicy, ConfigError, LogConfig, TimestampPolicy, TOPIC_CONFIG_NAMES};
 pub use error::LogError;
-pub use file::{FileRecords, SegmentFile};
+pub use file::{page_cache_stat, FileRecords, PageCacheStat, SegmentFile};
 pub use index::{OffsetPosition, TimestampOffset};
 pub use leader_epoch::{EpochEntry, LeaderEpochFileCache, LEADER_EPOCH_CHECKPOINT_FILE};
 pub use log::{
