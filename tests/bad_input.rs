@@ -8,7 +8,9 @@ use std::io::Write;
 use common::{Broker, Client};
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse,
+    ResponseHeader,
 };
+use kafka_protocol::protocol::Decodable;
 use shards::log::record_batch::{RecordBatchBuilder, CRC_OFFSET};
 
 fn still_served(client: &mut Client) {
@@ -165,4 +167,33 @@ fn idle_connections_are_closed_after_connections_max_idle_ms() {
     assert!(idle.read_frame().is_err(), "an idle connection stays open");
     let mut fresh = Client::connect(&broker.address());
     still_served(&mut fresh);
+}
+
+/// A request that arrives a few bytes at a time is read whole and answered;
+/// one whose sender hangs up halfway costs only its connection.
+#[test]
+fn requests_arriving_in_pieces_are_read_whole() {
+    let broker = Broker::start(&[]);
+    let mut slow = Client::connect(&broker.address());
+    let mut good = Client::connect(&broker.address());
+    let frame = slow.request_frame(ApiKey::Metadata, 12, &MetadataRequest::default());
+    for piece in frame.chunks(7) {
+        slow.stream.write_all(piece).unwrap();
+        slow.stream.flush().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        still_served(&mut good);
+    }
+    let mut response = slow.read_frame().expect("answered");
+    let header =
+        ResponseHeader::decode(&mut response, ApiKey::Metadata.response_header_version(12))
+            .unwrap();
+    assert_eq!(header.correlation_id, 1);
+    let metadata = MetadataResponse::decode(&mut response, 12).unwrap();
+    assert_eq!(metadata.brokers.len(), 1);
+
+    let mut cut = Client::connect(&broker.address());
+    let frame = cut.request_frame(ApiKey::Metadata, 12, &MetadataRequest::default());
+    cut.stream.write_all(&frame[..frame.len() / 2]).unwrap();
+    drop(cut);
+    still_served(&mut good);
 }

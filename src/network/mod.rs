@@ -81,6 +81,47 @@ pub fn bind(address: SocketAddr) -> std::io::Result<TcpListener> {
     Ok(listener)
 }
 
+/// Reads a request frame of `size_bytes` into a buffer it does not zero first
+/// (zeroing megabyte produce frames was 8% of the broker's time in W1): what
+/// the socket holds goes straight into the buffer's spare capacity; when it
+/// holds nothing, one byte read through glommio waits for more (glommio
+/// exposes no other wait).
+async fn read_frame(stream: &mut TcpStream, size_bytes: usize) -> io::Result<Vec<u8>> {
+    let mut frame: Vec<u8> = Vec::with_capacity(size_bytes);
+    while frame.len() < size_bytes {
+        let wanted = size_bytes - frame.len();
+        let spare = &mut frame.spare_capacity_mut()[..wanted];
+        // SAFETY: the kernel writes at most `spare.len()` bytes into `spare`.
+        let n = unsafe {
+            libc::recv(
+                stream.as_raw_fd(),
+                spare.as_mut_ptr().cast(),
+                spare.len(),
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if n > 0 {
+            // SAFETY: the kernel initialised `n` more bytes.
+            unsafe { frame.set_len(frame.len() + n as usize) };
+            continue;
+        }
+        if n == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        let error = io::Error::last_os_error();
+        match error.kind() {
+            io::ErrorKind::Interrupted => {}
+            io::ErrorKind::WouldBlock => {
+                let mut byte = [0u8; 1];
+                stream.read_exact(&mut byte).await?;
+                frame.push(byte[0]);
+            }
+            _ => return Err(error),
+        }
+    }
+    Ok(frame)
+}
+
 fn set_nonblocking(fd: RawFd) -> io::Result<()> {
     // SAFETY: plain fcntl calls on a descriptor the stream keeps open.
     let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
@@ -221,9 +262,7 @@ async fn serve_connection(
         if size < 0 || size as usize > max_request_bytes {
             return Err(format!("request of {size} bytes is outside [0, socket.request.max.bytes = {max_request_bytes}]"));
         }
-        let mut frame = vec![0u8; size as usize];
-        stream
-            .read_exact(&mut frame)
+        let frame = read_frame(&mut stream, size as usize)
             .await
             .map_err(|e| format!("truncated request: {e}"))?;
         let outcome = handle_request(broker, &client_host, Bytes::from(frame)).await;
