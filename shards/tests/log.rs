@@ -460,15 +460,22 @@ fn flush_messages_moves_the_recovery_point() {
 }
 
 /// Appended data is handed to writeback as it goes (a few MiB at a time), not
-/// left dirty until the kernel's thresholds or its 30 s expiry.
+/// left dirty until the kernel's thresholds or its 30 s expiry; also after a
+/// truncation moved the segment's end back.
 #[test]
 fn appended_data_is_written_back_as_it_goes() {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let segment = segment_file_path(&dir.path().join("topic-0"), 0, LOG_FILE_SUFFIX);
     run(async {
         let log = open_log(dir.path(), LogConfig::default(), 0, false).await;
-        // 48 batches of almost 1 MiB.
-        for i in 0..48 {
+        // 48 batches of almost 1 MiB, 8 of them truncated away and appended again.
+        for i in 0..40 {
+            log.append_as_leader(batch(i * 16, 16, 60 * 1024, 5_000), 0, 5_000)
+                .await
+                .unwrap();
+        }
+        log.truncate_to(32 * 16).await.unwrap();
+        for i in 32..48 {
             log.append_as_leader(batch(i * 16, 16, 60 * 1024, 5_000), 0, 5_000)
                 .await
                 .unwrap();

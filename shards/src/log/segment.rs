@@ -125,6 +125,7 @@ struct Writeback {
 
 impl Writeback {
     fn has_chunk(&self) -> bool {
+        assert!(self.started_bytes.get() <= self.appended_bytes.get());
         self.appended_bytes.get() - self.started_bytes.get() >= WRITEBACK_CHUNK_BYTES
     }
 
@@ -675,6 +676,12 @@ impl LogSegment {
         time_file.truncate(time_size).await?;
         self.log.truncate(position).await?;
         self.size_bytes.set(position);
+        // What was handed to writeback past the new end is gone.
+        let writeback = &self.writeback;
+        writeback.appended_bytes.set(position);
+        writeback
+            .started_bytes
+            .set(writeback.started_bytes.get().min(position));
         // Recompute what the removed batches contributed.
         self.next_offset.set(self.base_offset);
         self.max_timestamp_so_far
