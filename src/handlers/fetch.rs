@@ -5,12 +5,11 @@
 //! incremental fetch sessions (KIP-227).
 
 use std::collections::BTreeMap;
-use std::future::Future;
-use std::pin::Pin;
+use std::future::ready;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use futures_util::future::join_all;
+use futures_util::future::{join_all, Either};
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::{FetchRequest, FetchResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
@@ -151,28 +150,28 @@ pub async fn handle(
             .iter()
             .map(|(_, cached)| (cached.max_bytes.max(0) as usize).min(max_bytes))
             .collect();
-        let reads: Vec<Pin<Box<dyn Future<Output = ReadResult>>>> = targets
+        let reads = targets
             .iter()
             .zip(&limits)
             .map(|(((name, partition), cached), limit)| {
-                let read: Pin<Box<dyn Future<Output = ReadResult>>> = if name.is_empty() {
-                    Box::pin(std::future::ready(ReadResult::error(
-                        error_code::UNKNOWN_TOPIC_ID,
-                    )))
+                if name.is_empty() {
+                    Either::Left(ready(ReadResult::error(error_code::UNKNOWN_TOPIC_ID)))
                 } else {
-                    Box::pin(
-                        ctx.broker
-                            .read(name, *partition, cached.fetch_offset, *limit, true),
-                    )
-                };
-                read
-            })
-            .collect();
+                    Either::Right(ctx.broker.read(
+                        name,
+                        *partition,
+                        cached.fetch_offset,
+                        *limit,
+                        true,
+                    ))
+                }
+            });
         let mut budget = max_bytes;
         let mut total_bytes = 0usize;
         let mut any_error = false;
         let mut results: Vec<ReadResult> = Vec::with_capacity(targets.len());
-        for (limit, mut result) in limits.into_iter().zip(join_all(reads).await) {
+        let read = join_all(reads).await;
+        for (limit, mut result) in limits.into_iter().zip(read) {
             let size = result.records.as_ref().map_or(0, Records::size_bytes);
             if total_bytes > 0 && (size > budget || size > limit) {
                 // Past a limit, and not the first data: the next fetch gets it.

@@ -420,15 +420,16 @@ impl ShardBroker {
                     // is read through io_uring, which also brings it into the
                     // cache; so is a range whose descriptor cannot be duplicated
                     // (out of descriptors is no disk error).
-                    let file = (slice.size_bytes >= SENDFILE_MIN_BYTES
-                        && slice.file.is_cached(slice.position, slice.size_bytes))
-                    .then(|| {
+                    let file = if slice.size_bytes >= SENDFILE_MIN_BYTES
+                        && slice.file.is_cached(slice.position, slice.size_bytes)
+                    {
                         slice
                             .file
                             .file_records(slice.position, slice.size_bytes)
                             .ok()
-                    })
-                    .flatten();
+                    } else {
+                        None
+                    };
                     let records = match file {
                         Some(file) => Ok(Records::File(file)),
                         None => slice

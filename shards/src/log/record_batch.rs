@@ -307,18 +307,18 @@ pub struct AppendStamp {
 /// Rewrites the broker-owned fields of a validated batch's `header` (its first
 /// `RECORD_BATCH_OVERHEAD` bytes, copied out so the produced bytes behind it,
 /// `records`, are written as they arrived).
-pub fn stamp_batch(batch: &mut [u8; RECORD_BATCH_OVERHEAD], records: &[u8], stamp: &AppendStamp) {
-    batch[BASE_OFFSET_OFFSET..BASE_OFFSET_OFFSET + 8]
+pub fn stamp_batch(header: &mut [u8; RECORD_BATCH_OVERHEAD], records: &[u8], stamp: &AppendStamp) {
+    header[BASE_OFFSET_OFFSET..BASE_OFFSET_OFFSET + 8]
         .copy_from_slice(&stamp.base_offset.to_be_bytes());
-    batch[PARTITION_LEADER_EPOCH_OFFSET..PARTITION_LEADER_EPOCH_OFFSET + 4]
+    header[PARTITION_LEADER_EPOCH_OFFSET..PARTITION_LEADER_EPOCH_OFFSET + 4]
         .copy_from_slice(&stamp.partition_leader_epoch.to_be_bytes());
     if let Some(now_ms) = stamp.log_append_time_ms {
-        let attributes = i16_at(batch, ATTRIBUTES_OFFSET) | TIMESTAMP_TYPE_MASK;
-        batch[ATTRIBUTES_OFFSET..ATTRIBUTES_OFFSET + 2].copy_from_slice(&attributes.to_be_bytes());
-        batch[MAX_TIMESTAMP_OFFSET..MAX_TIMESTAMP_OFFSET + 8]
+        let attributes = i16_at(header, ATTRIBUTES_OFFSET) | TIMESTAMP_TYPE_MASK;
+        header[ATTRIBUTES_OFFSET..ATTRIBUTES_OFFSET + 2].copy_from_slice(&attributes.to_be_bytes());
+        header[MAX_TIMESTAMP_OFFSET..MAX_TIMESTAMP_OFFSET + 8]
             .copy_from_slice(&now_ms.to_be_bytes());
-        let crc = crc32c::crc32c_append(compute_crc(batch), records);
-        batch[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
+        let crc = crc32c::crc32c_append(compute_crc(header), records);
+        header[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
     }
 }
 
