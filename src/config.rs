@@ -12,8 +12,13 @@ use tracing::warn;
 /// Keys this broker understands beyond the topic defaults (`log.*`).
 const BROKER_KEYS: &[&str] = &[
     "broker.id",
+    "node.id",
     "listeners",
     "advertised.listeners",
+    "listener.security.protocol.map",
+    "inter.broker.listener.name",
+    "security.inter.broker.protocol",
+    "socket.listen.backlog.size",
     "log.dirs",
     "log.dir",
     "num.partitions",
@@ -73,14 +78,44 @@ const LOG_DEFAULT_KEYS: &[(&str, &str)] = &[
     ),
 ];
 
+/// KRaft keys a ZooKeeper-mode broker has no use for: said once, then ignored.
+const KRAFT_KEYS: &[&str] = &[
+    "process.roles",
+    "controller.quorum.voters",
+    "controller.quorum.bootstrap.servers",
+    "controller.listener.names",
+];
+
+/// `config/server.properties`, the configuration of a start without CONFIG.
+pub const DEFAULT_PROPERTIES: &str = include_str!("../config/server.properties");
+
+/// Kafka's `listener.security.protocol.map` default: each protocol's own name.
+const DEFAULT_SECURITY_PROTOCOL_MAP: &str =
+    "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL";
+
+/// One entry of `listeners`, with what `advertised.listeners` says of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenerConfig {
+    /// The listener name (`PLAINTEXT`, `INTERNAL`, ...).
+    pub name: String,
+    /// Its protocol from `listener.security.protocol.map`; only PLAINTEXT is served.
+    pub security_protocol: String,
+    /// Where it binds.
+    pub address: SocketAddr,
+    /// What clients connected to it are told (`advertised.listeners`, else the listener).
+    pub advertised_host: String,
+    pub advertised_port: u16,
+}
+
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {
     pub broker_id: i32,
-    /// Where the client listener binds.
-    pub listener: SocketAddr,
-    /// What clients are told to connect to (`advertised.listeners`, else the listener).
-    pub advertised_host: String,
-    pub advertised_port: u16,
+    /// Every listener of `listeners`, in its order.
+    pub listeners: Vec<ListenerConfig>,
+    /// `inter.broker.listener.name`: one of `listeners`.
+    pub inter_broker_listener_name: String,
+    /// `socket.listen.backlog.size`
+    pub socket_listen_backlog_size: u32,
     pub num_partitions: i32,
     pub default_replication_factor: i16,
     pub min_insync_replicas: i32,
@@ -135,9 +170,13 @@ fn parse<T: std::str::FromStr>(key: &str, value: &str) -> Result<T, ConfigError>
 }
 
 impl BrokerConfig {
-    pub fn load(path: &Path, overrides: &[String]) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|error| ConfigError(format!("cannot read {}: {error}", path.display())))?;
+    /// Reads `path`, or without one the built-in `config/server.properties`.
+    pub fn load(path: Option<&Path>, overrides: &[String]) -> Result<Self, ConfigError> {
+        let text = match path {
+            Some(path) => std::fs::read_to_string(path)
+                .map_err(|error| ConfigError(format!("cannot read {}: {error}", path.display())))?,
+            None => DEFAULT_PROPERTIES.to_owned(),
+        };
         let mut properties = parse_properties(&text);
         for entry in overrides {
             let (key, value) = entry
@@ -181,8 +220,21 @@ impl BrokerConfig {
                 })?;
             }
         }
+        let ignored: Vec<&str> = KRAFT_KEYS
+            .iter()
+            .copied()
+            .filter(|key| properties.contains_key(*key))
+            .collect();
+        if !ignored.is_empty() {
+            warn!(
+                keys = ignored.join(", "),
+                "KRaft configuration ignored: ringbroker runs in ZooKeeper mode \
+                 (embedded metadata without zookeeper.connect)"
+            );
+        }
         for key in properties.keys() {
             let known = BROKER_KEYS.contains(&key.as_str())
+                || KRAFT_KEYS.contains(&key.as_str())
                 || LOG_DEFAULT_KEYS.iter().any(|(k, _)| k == key)
                 || [
                     "log.retention.hours",
@@ -290,29 +342,7 @@ impl BrokerConfig {
                 "invalid value for offsets.topic.num.partitions: must be at least 1".into(),
             ));
         }
-        let (listen_host, listen_port) =
-            parse_listener("listeners", get("listeners").unwrap_or("PLAINTEXT://:9092"))?;
-        let listener = format!(
-            "{}:{listen_port}",
-            if listen_host.is_empty() {
-                "0.0.0.0"
-            } else {
-                &listen_host
-            }
-        )
-        .to_socket_addrs()
-        .ok()
-        .and_then(|mut addresses| addresses.next())
-        .ok_or_else(|| {
-            ConfigError(format!(
-                "invalid value for listeners: cannot resolve {listen_host:?}"
-            ))
-        })?;
-        let (advertised_host, advertised_port) = match get("advertised.listeners") {
-            Some(value) => parse_listener("advertised.listeners", value)?,
-            None if listen_host.is_empty() => ("127.0.0.1".to_owned(), listen_port),
-            None => (listen_host, listen_port),
-        };
+        let (listeners, inter_broker_listener_name) = parse_listeners(&get)?;
         let min_insync_replicas =
             get("min.insync.replicas").map_or(Ok(1), |v| parse("min.insync.replicas", v))?;
         if min_insync_replicas < 1 {
@@ -321,10 +351,10 @@ impl BrokerConfig {
             ));
         }
         Ok(Self {
-            broker_id: get("broker.id").map_or(Ok(0), |v| parse("broker.id", v))?,
-            listener,
-            advertised_host,
-            advertised_port,
+            broker_id: broker_id(&get)?,
+            listeners,
+            inter_broker_listener_name,
+            socket_listen_backlog_size: number("socket.listen.backlog.size", 50)? as u32,
             num_partitions: get("num.partitions").map_or(Ok(1), |v| parse("num.partitions", v))?,
             default_replication_factor: get("default.replication.factor")
                 .map_or(Ok(1), |v| parse("default.replication.factor", v))?,
@@ -356,16 +386,160 @@ impl BrokerConfig {
     }
 }
 
-/// `PLAINTEXT://host:port` (only the PLAINTEXT listener is served).
-fn parse_listener(key: &str, value: &str) -> Result<(String, u16), ConfigError> {
-    let invalid = |why: &str| ConfigError(format!("invalid value {value:?} for {key}: {why}"));
-    let first = value.split(',').next().unwrap_or("").trim();
-    let rest = first
-        .strip_prefix("PLAINTEXT://")
-        .ok_or_else(|| invalid("only PLAINTEXT://host:port is supported"))?;
-    let (host, port) = rest.rsplit_once(':').ok_or_else(|| invalid("no port"))?;
-    let port = port.parse().map_err(|_| invalid("bad port"))?;
-    Ok((host.trim_matches(['[', ']']).to_owned(), port))
+/// `broker.id`, or KRaft's `node.id` (the two must agree when both are set).
+fn broker_id<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> Result<i32, ConfigError> {
+    let broker_id = get("broker.id")
+        .map(|v| parse::<i32>("broker.id", v))
+        .transpose()?;
+    let node_id = get("node.id")
+        .map(|v| parse::<i32>("node.id", v))
+        .transpose()?;
+    match (broker_id, node_id) {
+        (Some(broker), Some(node)) if broker != node => Err(ConfigError(format!(
+            "invalid value for node.id: {node} differs from broker.id {broker}"
+        ))),
+        (Some(id), _) | (None, Some(id)) => Ok(id),
+        (None, None) => Ok(0),
+    }
+}
+
+/// `listeners`, `advertised.listeners`, `listener.security.protocol.map` and
+/// `inter.broker.listener.name`, checked with Kafka's rules.
+fn parse_listeners<'a>(
+    get: &impl Fn(&str) -> Option<&'a str>,
+) -> Result<(Vec<ListenerConfig>, String), ConfigError> {
+    let map_value = get("listener.security.protocol.map").unwrap_or(DEFAULT_SECURITY_PROTOCOL_MAP);
+    let mut protocols = BTreeMap::new();
+    for entry in map_value
+        .split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+    {
+        let (name, protocol) = entry.split_once(':').ok_or_else(|| {
+            ConfigError(format!(
+                "invalid value {map_value:?} for listener.security.protocol.map: {entry:?} is not NAME:PROTOCOL"
+            ))
+        })?;
+        let protocol = protocol.trim().to_ascii_uppercase();
+        if !["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"].contains(&protocol.as_str()) {
+            return Err(ConfigError(format!(
+                "invalid value {map_value:?} for listener.security.protocol.map: unknown security protocol {protocol}"
+            )));
+        }
+        protocols.insert(name.trim().to_ascii_uppercase(), protocol);
+    }
+    let bound = parse_endpoints("listeners", get("listeners").unwrap_or("PLAINTEXT://:9092"))?;
+    let advertised = get("advertised.listeners")
+        .map(|value| parse_endpoints("advertised.listeners", value))
+        .transpose()?
+        .unwrap_or_default();
+    for (name, _, _) in &advertised {
+        if !bound.iter().any(|(bound_name, _, _)| bound_name == name) {
+            return Err(ConfigError(format!(
+                "invalid value for advertised.listeners: listener {name} is not in listeners"
+            )));
+        }
+    }
+    let mut listeners = Vec::new();
+    for (name, host, port) in bound {
+        let security_protocol = protocols.get(&name).cloned().ok_or_else(|| {
+            ConfigError(format!(
+                "invalid value for listeners: no security protocol defined for listener {name} \
+                 (listener.security.protocol.map)"
+            ))
+        })?;
+        if security_protocol != "PLAINTEXT" {
+            return Err(ConfigError(format!(
+                "invalid value for listeners: listener {name} uses {security_protocol}, which \
+                 ringbroker does not implement yet (only PLAINTEXT listeners are served)"
+            )));
+        }
+        if listeners.iter().any(|l: &ListenerConfig| l.name == name) {
+            return Err(ConfigError(format!(
+                "invalid value for listeners: each listener must have a different name ({name} twice)"
+            )));
+        }
+        if listeners
+            .iter()
+            .any(|l: &ListenerConfig| l.address.port() == port && port != 0)
+        {
+            return Err(ConfigError(format!(
+                "invalid value for listeners: each listener must have a different port ({port} twice)"
+            )));
+        }
+        let bind_host = if host.is_empty() { "0.0.0.0" } else { &host };
+        let address = (bind_host, port)
+            .to_socket_addrs()
+            .ok()
+            .and_then(|mut addresses| addresses.next())
+            .ok_or_else(|| {
+                ConfigError(format!(
+                    "invalid value for listeners: cannot resolve {host:?} of listener {name}"
+                ))
+            })?;
+        let (advertised_host, advertised_port) =
+            match advertised.iter().find(|(n, _, _)| *n == name) {
+                Some((_, host, port)) => (host.clone(), *port),
+                None if host.is_empty() => ("127.0.0.1".to_owned(), port),
+                None => (host, port),
+            };
+        listeners.push(ListenerConfig {
+            name,
+            security_protocol,
+            address,
+            advertised_host,
+            advertised_port,
+        });
+    }
+    if listeners.is_empty() {
+        return Err(ConfigError(
+            "invalid value for listeners: no listener".into(),
+        ));
+    }
+    // Kafka's default: the listener of `security.inter.broker.protocol`.
+    let inter_broker = match get("inter.broker.listener.name") {
+        Some(name) => name.trim().to_ascii_uppercase(),
+        None => get("security.inter.broker.protocol")
+            .unwrap_or("PLAINTEXT")
+            .trim()
+            .to_ascii_uppercase(),
+    };
+    if !listeners.iter().any(|l| l.name == inter_broker) {
+        let names: Vec<&str> = listeners.iter().map(|l| l.name.as_str()).collect();
+        return Err(ConfigError(format!(
+            "invalid value {inter_broker:?} for inter.broker.listener.name: it must be a listener \
+             name defined in advertised.listeners; the valid options based on the configured \
+             listeners are {}",
+            names.join(",")
+        )));
+    }
+    Ok((listeners, inter_broker))
+}
+
+/// A comma-separated list of `NAME://host:port` (IPv6 hosts in brackets).
+fn parse_endpoints(key: &str, value: &str) -> Result<Vec<(String, String, u16)>, ConfigError> {
+    let invalid = |why: String| ConfigError(format!("invalid value {value:?} for {key}: {why}"));
+    value
+        .split(',')
+        .map(str::trim)
+        .filter(|entry| !entry.is_empty())
+        .map(|entry| {
+            let (name, rest) = entry
+                .split_once("://")
+                .ok_or_else(|| invalid(format!("{entry:?} is not NAME://host:port")))?;
+            let (host, port) = rest
+                .rsplit_once(':')
+                .ok_or_else(|| invalid(format!("{entry:?} has no port")))?;
+            let port = port
+                .parse()
+                .map_err(|_| invalid(format!("{entry:?} has a bad port")))?;
+            Ok((
+                name.to_ascii_uppercase(),
+                host.trim_matches(['[', ']']).to_owned(),
+                port,
+            ))
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -389,8 +563,10 @@ mod tests {
         let bad = parse_properties("log.segment.bytes=lots\n");
         let error = BrokerConfig::from_properties(&bad).unwrap_err();
         assert!(error.0.contains("log.segment.bytes"), "{error}");
-        assert_eq!(config.listener.port(), 9092);
-        assert_eq!(config.advertised_host, "127.0.0.1");
+        assert_eq!(config.listeners.len(), 1);
+        assert_eq!(config.listeners[0].address.port(), 9092);
+        assert_eq!(config.listeners[0].advertised_host, "127.0.0.1");
+        assert_eq!(config.inter_broker_listener_name, "PLAINTEXT");
         let bad = parse_properties("listeners=SSL://:9093\n");
         assert!(BrokerConfig::from_properties(&bad)
             .unwrap_err()
@@ -401,5 +577,96 @@ mod tests {
             .unwrap_err()
             .0
             .contains("broker.id"));
+    }
+
+    fn error_of(text: &str) -> String {
+        BrokerConfig::from_properties(&parse_properties(text))
+            .unwrap_err()
+            .0
+    }
+
+    #[test]
+    fn every_listener_with_its_protocol_and_advertised_address() {
+        let config = BrokerConfig::from_properties(&parse_properties(
+            "listeners=PLAINTEXT://127.0.0.1:9092,INTERNAL://127.0.0.2:9093\n\
+             advertised.listeners=INTERNAL://broker-0.internal:19093\n\
+             listener.security.protocol.map=PLAINTEXT:PLAINTEXT,INTERNAL:PLAINTEXT\n\
+             inter.broker.listener.name=INTERNAL\n",
+        ))
+        .unwrap();
+        let names: Vec<(&str, u16, &str, u16)> = config
+            .listeners
+            .iter()
+            .map(|l| {
+                (
+                    l.name.as_str(),
+                    l.address.port(),
+                    l.advertised_host.as_str(),
+                    l.advertised_port,
+                )
+            })
+            .collect();
+        assert_eq!(
+            names,
+            vec![
+                ("PLAINTEXT", 9092, "127.0.0.1", 9092),
+                ("INTERNAL", 9093, "broker-0.internal", 19093)
+            ]
+        );
+        assert_eq!(config.inter_broker_listener_name, "INTERNAL");
+    }
+
+    #[test]
+    fn listeners_refused_with_a_message_naming_them() {
+        let sasl = error_of(
+            "listeners=PLAINTEXT://:9092,SECURE://:9093\n\
+             listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SECURE:SASL_SSL\n",
+        );
+        assert!(
+            sasl.contains("SECURE") && sasl.contains("SASL_SSL"),
+            "{sasl}"
+        );
+        let unmapped = error_of("listeners=INTERNAL://:9093\n");
+        assert!(unmapped.contains("INTERNAL"), "{unmapped}");
+        let no_inter_broker = error_of(
+            "listeners=INTERNAL://:9093\nlistener.security.protocol.map=INTERNAL:PLAINTEXT\n",
+        );
+        assert!(
+            no_inter_broker.contains("inter.broker.listener.name")
+                && no_inter_broker.contains("INTERNAL"),
+            "{no_inter_broker}"
+        );
+        let twice = error_of(
+            "listeners=PLAINTEXT://:9092,OTHER://:9092\n\
+             listener.security.protocol.map=PLAINTEXT:PLAINTEXT,OTHER:PLAINTEXT\n",
+        );
+        assert!(twice.contains("different port"), "{twice}");
+        let unknown_advertised = error_of("advertised.listeners=OTHER://h:1\n");
+        assert!(unknown_advertised.contains("OTHER"), "{unknown_advertised}");
+    }
+
+    #[test]
+    fn node_id_is_read_as_broker_id() {
+        let config = BrokerConfig::from_properties(&parse_properties(
+            "node.id=7\nprocess.roles=broker,controller\n",
+        ))
+        .unwrap();
+        assert_eq!(config.broker_id, 7);
+        assert!(error_of("node.id=7\nbroker.id=8\n").contains("node.id"));
+    }
+
+    #[test]
+    fn the_built_in_defaults_are_config_server_properties() {
+        let built_in = BrokerConfig::load(None, &[]).unwrap();
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/server.properties");
+        let from_file = BrokerConfig::load(Some(&path), &[]).unwrap();
+        assert_eq!(built_in.listeners, from_file.listeners);
+        assert_eq!(built_in.log_dirs, from_file.log_dirs);
+        let missing = Path::new("/nonexistent/server.properties");
+        let error = BrokerConfig::load(Some(missing), &[]).unwrap_err();
+        assert!(
+            error.0.contains("/nonexistent/server.properties"),
+            "{error}"
+        );
     }
 }

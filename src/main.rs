@@ -37,7 +37,8 @@ struct Cli {
 enum Command {
     /// Starts a broker.
     Start {
-        /// server.properties to read (default: config/server.properties).
+        /// server.properties to read (default: the built-in copy of
+        /// config/server.properties).
         config: Option<PathBuf>,
         /// Overrides one property, Kafka-style: --override log.dirs=/data
         #[arg(long = "override", value_name = "KEY=VALUE")]
@@ -47,6 +48,8 @@ enum Command {
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
+        // Colour codes only for a terminal, not for a log file or a pipe.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
@@ -54,10 +57,7 @@ fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Start { config, overrides } => start(
-            config.unwrap_or_else(|| PathBuf::from("config/server.properties")),
-            overrides,
-        ),
+        Command::Start { config, overrides } => start(config, overrides),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -104,17 +104,26 @@ fn raise_open_files_limit() {
     }
 }
 
-fn start(config_path: PathBuf, overrides: Vec<String>) -> Result<(), Box<dyn std::error::Error>> {
-    let config = BrokerConfig::load(&config_path, &overrides)?;
+fn start(
+    config_path: Option<PathBuf>,
+    overrides: Vec<String>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let config = BrokerConfig::load(config_path.as_deref(), &overrides)?;
     raise_open_files_limit();
     let signals = block_shutdown_signals();
-    let (listener, advertised) = (
-        config.listener,
-        format!("{}:{}", config.advertised_host, config.advertised_port),
-    );
+    let listeners = config
+        .listeners
+        .iter()
+        .map(|l| format!("{}://{}", l.name, l.address))
+        .collect::<Vec<_>>()
+        .join(",");
     let (broker_id, shards) = (config.broker_id, config.cores.len());
+    let inter_broker_listener = config.inter_broker_listener_name.clone();
     let broker = server::start(config)?;
-    info!(broker_id, shards, %listener, %advertised, "ringbroker is ready");
+    info!(
+        broker_id,
+        shards, listeners, inter_broker_listener, "ringbroker is ready"
+    );
     let signal = wait_for_shutdown_signal(&signals);
     info!(signal, "shutting down");
     broker.stop()

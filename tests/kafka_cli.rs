@@ -1,6 +1,6 @@
 //! The Java client through Kafka's own command-line tools (Kafka 4 jars from
 //! Maven Central, tests/support/kafka): kafka-topics, kafka-configs,
-//! kafka-console-producer and kafka-console-consumer.
+//! kafka-console-producer and kafka-console-consumer, kafka-delete-records.
 
 mod common;
 
@@ -385,4 +385,143 @@ impl Drop for Children {
             let _ = child.wait();
         }
     }
+}
+
+/// The earliest offset (ListOffsets -2) and a fetch's error at `offset`.
+fn earliest_and_fetch_error(address: &str, topic: &str, offset: i64) -> (i64, i16) {
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+    use kafka_protocol::messages::{
+        ApiKey, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse, TopicName,
+    };
+    use kafka_protocol::protocol::StrBytes;
+    let name = TopicName(StrBytes::from_string(topic.to_owned()));
+    let mut client = Client::connect(address);
+    let listed: ListOffsetsResponse = client
+        .call(
+            ApiKey::ListOffsets,
+            7,
+            &ListOffsetsRequest::default()
+                .with_replica_id(kafka_protocol::messages::BrokerId(-1))
+                .with_topics(vec![ListOffsetsTopic::default()
+                    .with_name(name.clone())
+                    .with_partitions(vec![ListOffsetsPartition::default()
+                        .with_partition_index(0)
+                        .with_timestamp(-2)])]),
+        )
+        .unwrap();
+    let fetched: FetchResponse = client
+        .call(
+            ApiKey::Fetch,
+            11,
+            &FetchRequest::default()
+                .with_max_wait_ms(0)
+                .with_max_bytes(1 << 20)
+                .with_topics(vec![FetchTopic::default()
+                    .with_topic(name)
+                    .with_partitions(vec![FetchPartition::default()
+                        .with_partition(0)
+                        .with_fetch_offset(offset)
+                        .with_partition_max_bytes(1 << 20)])]),
+        )
+        .unwrap();
+    (
+        listed.topics[0].partitions[0].offset,
+        fetched.responses[0].partitions[0].error_code,
+    )
+}
+
+#[test]
+fn kafka_delete_records_moves_the_log_start_for_good() {
+    let mut broker = Broker::start(&[
+        "log.segment.bytes=16384",
+        "log.retention.check.interval.ms=100",
+    ]);
+    let address = broker.address();
+    let bootstrap = ["--bootstrap-server", address.as_str()];
+    kafka_tool(
+        TOPICS,
+        &[
+            &bootstrap[..],
+            &["--create", "--topic", "purged", "--partitions", "1"],
+        ]
+        .concat(),
+        None,
+    );
+    let lines: String = (0..2000)
+        .map(|i| format!("record-{i:05}-{}\n", "x".repeat(40)))
+        .collect();
+    kafka_tool(
+        "org.apache.kafka.tools.ConsoleProducer",
+        &[
+            &bootstrap[..],
+            &["--topic", "purged", "--batch-size", "2048"],
+        ]
+        .concat(),
+        Some(&lines),
+    );
+    let offsets = std::env::temp_dir().join(format!("delete-records-{}.json", broker.port));
+    std::fs::write(
+        &offsets,
+        r#"{"version":1,"partitions":[{"topic":"purged","partition":0,"offset":1500}]}"#,
+    )
+    .unwrap();
+    let output = kafka_tool(
+        "org.apache.kafka.tools.DeleteRecordsCommand",
+        &[
+            &bootstrap[..],
+            &["--offset-json-file", offsets.to_str().unwrap()],
+        ]
+        .concat(),
+        None,
+    );
+    std::fs::remove_file(&offsets).unwrap();
+    assert!(
+        output.contains("partition: purged-0\tlow_watermark: 1500"),
+        "{output}"
+    );
+    // OFFSET_OUT_OF_RANGE below the new start.
+    assert_eq!(
+        earliest_and_fetch_error(&address, "purged", 1499),
+        (1500, 1)
+    );
+    assert_eq!(
+        earliest_and_fetch_error(&address, "purged", 1500),
+        (1500, 0)
+    );
+    // The segments wholly below it go in the background.
+    let first_segment = broker.data_dir().join("purged-0/00000000000000000000.log");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while first_segment.exists() {
+        assert!(std::time::Instant::now() < deadline, "segment 0 stays");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let consumed = kafka_tool(
+        "org.apache.kafka.tools.consumer.ConsoleConsumer",
+        &[
+            &bootstrap[..],
+            &[
+                "--topic",
+                "purged",
+                "--from-beginning",
+                "--max-messages",
+                "500",
+                "--timeout-ms",
+                "20000",
+            ],
+        ]
+        .concat(),
+        None,
+    );
+    assert!(consumed.starts_with("record-01500-"), "{}", &consumed[..80]);
+    // The log start offset is kept across a restart.
+    broker.stop();
+    let checkpoint =
+        std::fs::read_to_string(broker.data_dir().join("log-start-offset-checkpoint")).unwrap();
+    assert!(checkpoint.contains("purged 0 1500"), "{checkpoint}");
+    broker.restart();
+    assert_eq!(
+        earliest_and_fetch_error(&address, "purged", 1499),
+        (1500, 1)
+    );
 }

@@ -245,6 +245,81 @@ fn retention_deletes_whole_closed_segments_only() {
 }
 
 #[test]
+fn time_retention_without_a_size_limit_stops_at_the_first_segment_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    run(async {
+        let mut config = small_segments();
+        config.set("retention.ms", "10000").unwrap();
+        let log = open_log(dir.path(), config, 0, false).await;
+        // The first segment's records are old, every later one's are recent.
+        for i in 0..100 {
+            let timestamp = if i < 16 { 1_000 } else { 50_000 };
+            log.append_as_leader(batch(i * 10, 10, 100, timestamp), 0, 60_000)
+                .await
+                .unwrap();
+        }
+        log.set_high_watermark(log.log_end_offset());
+        assert_eq!(log.segments()[0].next_offset(), 160);
+        assert_eq!(log.delete_retained_segments(55_000).await.unwrap(), 1);
+        assert_eq!(log.log_start_offset(), 160);
+    });
+}
+
+#[test]
+fn delete_records_moves_the_log_start_and_retention_removes_what_is_below() {
+    let dir = tempfile::tempdir().unwrap();
+    run(async {
+        let log = open_log(dir.path(), small_segments(), 0, false).await;
+        for i in 0..100 {
+            log.append_as_leader(batch(i * 10, 10, 100, 1_000), 0, 2_000)
+                .await
+                .unwrap();
+        }
+        log.set_high_watermark(600);
+        assert!(
+            matches!(
+                log.maybe_increment_log_start_offset(601).await,
+                Err(LogError::OffsetOutOfRange { .. })
+            ),
+            "not past the high watermark"
+        );
+        let segments = log.segment_count();
+        assert_eq!(
+            log.maybe_increment_log_start_offset(455).await.unwrap(),
+            455
+        );
+        assert_eq!(
+            log.maybe_increment_log_start_offset(10).await.unwrap(),
+            455,
+            "never moves back"
+        );
+        assert_eq!(
+            log.segment_count(),
+            segments,
+            "segments go in the background"
+        );
+        assert!(matches!(
+            log.read(454, 100_000, 600, true).await,
+            Err(LogError::OffsetOutOfRange { .. })
+        ));
+        // A read at the start gets the batch holding it, as from Kafka.
+        let from_start = log.read(455, 100_000, 600, true).await.unwrap();
+        assert!(from_start.records.is_some());
+        assert_eq!(log.log_start_offset_checkpoint(), Some(455));
+
+        // Retention is off (the default retention.ms is a week away), but the
+        // segments wholly below the log start still go; the one holding it stays.
+        let deleted = log.delete_retained_segments(2_000).await.unwrap();
+        assert!(deleted > 0 && log.segment_count() == segments - deleted);
+        let first_base = log.segments()[0].base_offset();
+        assert!(first_base <= 455 && log.segments()[0].next_offset() > 455);
+        assert_eq!(log.log_start_offset(), 455);
+        assert_eq!(read_all(&log).await.first().unwrap().offset, 455);
+        assert_eq!(log.delete_retained_segments(2_000).await.unwrap(), 0);
+    });
+}
+
+#[test]
 fn compaction_keeps_the_last_record_per_key_and_never_moves_offsets() {
     let dir = tempfile::tempdir().unwrap();
     run(async {

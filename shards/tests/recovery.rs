@@ -166,7 +166,7 @@ fn a_clean_shutdown_leaves_checkpoints_and_a_marker() {
     let dir = tempfile::tempdir().unwrap();
     let dirs = vec![dir.path().to_owned()];
     let tp = TopicPartition::new("events", 3);
-    let log_dirs = LogDirs::open(&dirs);
+    let log_dirs = LogDirs::open(&dirs).unwrap();
     assert!(!log_dirs.dirs()[0].had_clean_shutdown);
     run({
         let log_dirs = log_dirs.clone();
@@ -193,7 +193,8 @@ fn a_clean_shutdown_leaves_checkpoints_and_a_marker() {
     let text = fs::read_to_string(dir.path().join("replication-offset-checkpoint")).unwrap();
     assert_eq!(text, "0\n1\nevents 3 40\n");
 
-    let reopened = LogDirs::open(&dirs);
+    drop(log_dirs); // releases the directory's lock
+    let reopened = LogDirs::open(&dirs).unwrap();
     assert!(reopened.dirs()[0].had_clean_shutdown);
     assert!(
         !dir.path().join(".kafka_cleanshutdown").exists(),
@@ -212,6 +213,44 @@ fn a_clean_shutdown_leaves_checkpoints_and_a_marker() {
             .unwrap();
         assert_eq!((log.log_end_offset(), log.high_watermark()), (50, 40));
     });
+}
+
+#[test]
+fn the_log_start_offset_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let dirs = vec![dir.path().to_owned()];
+    let tp = TopicPartition::new("purged", 0);
+    let open_and = |body: fn(std::rc::Rc<shards::log::Log>) -> _| {
+        let log_dirs = LogDirs::open(&dirs).unwrap();
+        let tp = tp.clone();
+        run(async move {
+            let manager = LogManager::new(0, log_dirs.clone(), LogManagerConfig::default());
+            let log = manager
+                .get_or_create_log(&tp, std::rc::Rc::new(config()), "topic-id-a")
+                .await
+                .unwrap();
+            let result: i64 = body(log).await;
+            manager.shutdown().await;
+            log_dirs.write_checkpoints().unwrap();
+            result
+        })
+    };
+    let moved = open_and(|log| {
+        Box::pin(async move {
+            for i in 0..10 {
+                log.append_as_leader(batch(i * 5, 5, 100, 1_000), 0, 2_000)
+                    .await
+                    .unwrap();
+            }
+            log.set_high_watermark(50);
+            log.maybe_increment_log_start_offset(23).await.unwrap()
+        }) as std::pin::Pin<Box<dyn std::future::Future<Output = i64>>>
+    });
+    assert_eq!(moved, 23);
+    let text = fs::read_to_string(dir.path().join("log-start-offset-checkpoint")).unwrap();
+    assert_eq!(text, "0\n1\npurged 0 23\n");
+    let after_restart = open_and(|log| Box::pin(async move { log.log_start_offset() }));
+    assert_eq!(after_restart, 23);
 }
 
 /// A directory whose disk fills up goes offline; the broker keeps serving the
@@ -239,7 +278,7 @@ fn a_failing_log_dir_goes_offline_and_the_others_keep_serving() {
     }
     let _unmount = Unmount(small.clone());
 
-    let log_dirs = LogDirs::open(&[small.clone(), big.clone()]);
+    let log_dirs = LogDirs::open(&[small.clone(), big.clone()]).unwrap();
     run(async move {
         let manager = LogManager::new(0, log_dirs.clone(), LogManagerConfig::default());
         let on_small = manager
@@ -376,7 +415,7 @@ fn a_directory_of_an_earlier_topic_with_the_same_name_is_not_served() {
     let dirs = vec![dir.path().to_owned()];
     let tp = TopicPartition::new("reused", 0);
     {
-        let log_dirs = LogDirs::open(&dirs);
+        let log_dirs = LogDirs::open(&dirs).unwrap();
         let tp = tp.clone();
         run(async move {
             let manager = LogManager::new(0, log_dirs, LogManagerConfig::default());
@@ -392,7 +431,7 @@ fn a_directory_of_an_earlier_topic_with_the_same_name_is_not_served() {
     }
     let text = fs::read_to_string(dir.path().join("reused-0/partition.metadata")).unwrap();
     assert_eq!(text, "version: 0\ntopic_id: first-id\n");
-    let log_dirs = LogDirs::open(&dirs);
+    let log_dirs = LogDirs::open(&dirs).unwrap();
     run(async move {
         let manager = LogManager::new(0, log_dirs, LogManagerConfig::default());
         // Same topic: the data is there.

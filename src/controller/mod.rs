@@ -13,7 +13,8 @@ use tracing::info;
 use uuid::Uuid;
 
 use crate::metadata::image::{
-    kafka_uuid_string, parse_kafka_uuid, BrokerEndpoint, MetadataImage, PartitionImage, TopicImage,
+    kafka_uuid_string, parse_kafka_uuid, Broker, EndPoint, MetadataImage, PartitionImage,
+    TopicImage,
 };
 use crate::metadata::store::{CreateMode, EmbeddedStore, StoreError, WatchKind};
 use crate::protocol::error_code;
@@ -142,7 +143,7 @@ fn check_assignments(
 
 pub struct KafkaController {
     store: EmbeddedStore,
-    broker: BrokerEndpoint,
+    broker: Broker,
     defaults: TopicDefaults,
     controller_epoch: i32,
     cluster_id: String,
@@ -169,7 +170,7 @@ impl KafkaController {
     /// embedded store always wins the election) and bumps the controller epoch.
     pub fn startup(
         mut store: EmbeddedStore,
-        broker: BrokerEndpoint,
+        broker: Broker,
         defaults: TopicDefaults,
     ) -> Result<Self, StoreError> {
         for path in [
@@ -195,16 +196,7 @@ impl KafkaController {
                 id
             }
         };
-        let registration = json!({
-            "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
-            "endpoints": [format!("PLAINTEXT://{}:{}", broker.host, broker.port)],
-            "jmx_port": -1,
-            "features": {},
-            "host": broker.host,
-            "port": broker.port,
-            "timestamp": now_ms_string(),
-            "version": 5,
-        });
+        let registration = broker_registration(&broker);
         store.create(
             &format!("/brokers/ids/{}", broker.id),
             registration.to_string().as_bytes(),
@@ -628,19 +620,8 @@ impl KafkaController {
             let Ok(value) = serde_json::from_slice::<Value>(&data) else {
                 continue;
             };
-            if let (Ok(id), Some(host), Some(port)) = (
-                id.parse::<i32>(),
-                value["host"].as_str(),
-                value["port"].as_u64(),
-            ) {
-                image.brokers.insert(
-                    id,
-                    BrokerEndpoint {
-                        id,
-                        host: host.to_owned(),
-                        port: port as u16,
-                    },
-                );
+            if let (Ok(id), Some(endpoints)) = (id.parse::<i32>(), parse_endpoints(&value)) {
+                image.brokers.insert(id, Broker { id, endpoints });
             }
         }
         for name in self.store.children("/brokers/topics").unwrap_or_default() {
@@ -701,18 +682,105 @@ impl KafkaController {
     }
 }
 
+/// `/brokers/ids/<id>`, Kafka 3.9's version 5: every endpoint, and `host`/`port`
+/// of the first PLAINTEXT one (null and -1 without one).
+fn broker_registration(broker: &Broker) -> Value {
+    let plaintext = broker
+        .endpoints
+        .iter()
+        .find(|endpoint| endpoint.security_protocol == "PLAINTEXT");
+    let protocols: serde_json::Map<String, Value> = broker
+        .endpoints
+        .iter()
+        .map(|e| (e.listener_name.clone(), json!(e.security_protocol)))
+        .collect();
+    json!({
+        "listener_security_protocol_map": protocols,
+        "endpoints": broker.endpoints.iter().map(EndPoint::connection_string).collect::<Vec<_>>(),
+        "jmx_port": -1,
+        "features": {},
+        "host": plaintext.map(|e| e.host.clone()),
+        "port": plaintext.map_or(-1, |e| i32::from(e.port)),
+        "timestamp": now_ms_string(),
+        "version": 5,
+    })
+}
+
+/// The endpoints of a `/brokers/ids/<id>` registration.
+fn parse_endpoints(registration: &Value) -> Option<Vec<EndPoint>> {
+    let protocols = registration["listener_security_protocol_map"].as_object()?;
+    registration["endpoints"]
+        .as_array()?
+        .iter()
+        .map(|entry| {
+            let (name, address) = entry.as_str()?.split_once("://")?;
+            let (host, port) = address.rsplit_once(':')?;
+            Some(EndPoint {
+                listener_name: name.to_owned(),
+                security_protocol: protocols.get(name)?.as_str()?.to_owned(),
+                host: host.trim_matches(['[', ']']).to_owned(),
+                port: port.parse().ok()?,
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn registration_is_kafka_3_9_version_5_with_every_endpoint() {
+        let endpoint = |name: &str, host: &str, port| EndPoint {
+            listener_name: name.into(),
+            security_protocol: "PLAINTEXT".into(),
+            host: host.into(),
+            port,
+        };
+        let broker = Broker {
+            id: 1,
+            endpoints: vec![
+                endpoint("INTERNAL", "::1", 19093),
+                endpoint("CLIENTS", "127.0.0.1", 19092),
+            ],
+        };
+        let registration = broker_registration(&broker);
+        assert_eq!(registration["version"], 5);
+        assert_eq!(
+            registration["endpoints"],
+            json!(["INTERNAL://[::1]:19093", "CLIENTS://127.0.0.1:19092"])
+        );
+        assert_eq!(
+            registration["listener_security_protocol_map"],
+            json!({"INTERNAL": "PLAINTEXT", "CLIENTS": "PLAINTEXT"})
+        );
+        // host/port: the first endpoint whose protocol is PLAINTEXT.
+        assert_eq!(
+            (registration["host"].clone(), registration["port"].clone()),
+            (json!("::1"), json!(19093))
+        );
+        assert_eq!(registration["features"], json!({}));
+        assert_eq!(parse_endpoints(&registration), Some(broker.endpoints));
+        // Kafka 3.9's own registration (observed), read the same way.
+        let kafka: Value = serde_json::from_str(r#"{"features":{},"listener_security_protocol_map":{"PLAINTEXT":"PLAINTEXT"},"endpoints":["PLAINTEXT://127.0.0.1:19092"],"rack":"r1","jmx_port":-1,"port":19092,"host":"127.0.0.1","version":5,"timestamp":"1796110880931"}"#).unwrap();
+        assert_eq!(
+            parse_endpoints(&kafka),
+            Some(vec![endpoint("PLAINTEXT", "127.0.0.1", 19092)])
+        );
+    }
 
     fn controller(dir: &std::path::Path) -> KafkaController {
         let store = EmbeddedStore::open(dir).unwrap();
         KafkaController::startup(
             store,
-            BrokerEndpoint {
+            Broker {
                 id: 0,
-                host: "127.0.0.1".into(),
-                port: 9092,
+                endpoints: vec![EndPoint {
+                    listener_name: "PLAINTEXT".into(),
+                    security_protocol: "PLAINTEXT".into(),
+                    host: "127.0.0.1".into(),
+                    port: 9092,
+                }],
             },
             TopicDefaults {
                 num_partitions: 1,

@@ -14,13 +14,12 @@ pub async fn handle(
 ) -> DescribeClusterResponse {
     let image = ctx.broker.image();
     let brokers = image
-        .brokers
-        .values()
-        .map(|b| {
+        .broker_endpoints(&ctx.listener_name)
+        .map(|(id, endpoint)| {
             DescribeClusterBroker::default()
-                .with_broker_id(BrokerId(b.id))
-                .with_host(StrBytes::from_string(b.host.clone()))
-                .with_port(b.port as i32)
+                .with_broker_id(BrokerId(id))
+                .with_host(StrBytes::from_string(endpoint.host.clone()))
+                .with_port(i32::from(endpoint.port))
         })
         .collect();
     DescribeClusterResponse::default()

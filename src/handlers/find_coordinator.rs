@@ -112,9 +112,13 @@ async fn find_group_coordinator(
     ))?;
     let partition = partition_for(group_id, topic.partitions.len() as i32);
     let leader = topic.partitions[partition as usize].leader;
-    let broker = image.brokers.get(&leader).ok_or((
-        error_code::COORDINATOR_NOT_AVAILABLE,
-        "the coordinator has no leader",
-    ))?;
-    Ok((broker.id, broker.host.clone(), broker.port as i32))
+    let endpoint = image
+        .brokers
+        .get(&leader)
+        .and_then(|broker| broker.endpoint(&ctx.listener_name))
+        .ok_or((
+            error_code::COORDINATOR_NOT_AVAILABLE,
+            "the coordinator has no leader on this listener",
+        ))?;
+    Ok((leader, endpoint.host.clone(), i32::from(endpoint.port)))
 }

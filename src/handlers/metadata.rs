@@ -89,13 +89,12 @@ pub async fn handle(
             .collect(),
     };
     let brokers = image
-        .brokers
-        .values()
-        .map(|b| {
+        .broker_endpoints(&ctx.listener_name)
+        .map(|(id, endpoint)| {
             MetadataResponseBroker::default()
-                .with_node_id(BrokerId(b.id))
-                .with_host(StrBytes::from_string(b.host.clone()))
-                .with_port(b.port as i32)
+                .with_node_id(BrokerId(id))
+                .with_host(StrBytes::from_string(endpoint.host.clone()))
+                .with_port(i32::from(endpoint.port))
         })
         .collect();
     let mut response = MetadataResponse::default()

@@ -6,6 +6,7 @@ mod api_versions;
 mod create_partitions;
 mod create_topics;
 mod delete_groups;
+mod delete_records;
 mod delete_topics;
 mod describe_cluster;
 mod describe_configs;
@@ -58,6 +59,7 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::SaslHandshake, 0, 1),
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::DeleteTopics, 1, 6),
+    (ApiKey::DeleteRecords, 0, 2),
     (ApiKey::InitProducerId, 0, 5),
     (ApiKey::DescribeConfigs, 1, 4),
     (ApiKey::AlterConfigs, 0, 2),
@@ -84,6 +86,8 @@ pub fn supported_versions(api_key: ApiKey) -> Option<(i16, i16)> {
 pub struct RequestContext {
     pub broker: Rc<ShardBroker>,
     pub header: RequestHeader,
+    /// The listener the request came in on: its endpoints are the ones answered.
+    pub listener_name: Rc<str>,
     /// The peer as Kafka prints it (`/127.0.0.1`).
     pub client_host: String,
 }
@@ -130,10 +134,17 @@ fn respond<T: kafka_protocol::protocol::Encodable>(
         })
 }
 
+/// Who is at the other end of a connection, for every request on it.
+pub struct ConnectionInfo {
+    pub listener_name: Rc<str>,
+    /// The peer as Kafka prints it (`/127.0.0.1`).
+    pub client_host: String,
+}
+
 /// Decodes one request frame, runs its handler, encodes the response.
 pub async fn handle_request(
     broker: &Rc<ShardBroker>,
-    client_host: &str,
+    connection: &ConnectionInfo,
     mut frame: Bytes,
 ) -> Result<Outcome, FrameError> {
     let (raw_key, version) = peek_api(&frame)?;
@@ -160,7 +171,8 @@ pub async fn handle_request(
     let ctx = RequestContext {
         broker: broker.clone(),
         header,
-        client_host: client_host.to_owned(),
+        listener_name: connection.listener_name.clone(),
+        client_host: connection.client_host.clone(),
     };
     match key {
         ApiKey::ApiVersions => serve!(ctx, frame, key, version, api_versions::handle),
@@ -205,6 +217,7 @@ pub async fn handle_request(
         ApiKey::DescribeGroups => serve!(ctx, frame, key, version, describe_groups::handle),
         ApiKey::ListGroups => serve!(ctx, frame, key, version, list_groups::handle),
         ApiKey::DeleteGroups => serve!(ctx, frame, key, version, delete_groups::handle),
+        ApiKey::DeleteRecords => serve!(ctx, frame, key, version, delete_records::handle),
         ApiKey::OffsetDelete => serve!(ctx, frame, key, version, offset_delete::handle),
         _ => Err(unsupported),
     }
@@ -257,6 +270,7 @@ mod tests {
             SaslHandshake => SaslHandshakeRequest, SaslHandshakeResponse;
             CreateTopics => CreateTopicsRequest, CreateTopicsResponse;
             DeleteTopics => DeleteTopicsRequest, DeleteTopicsResponse;
+            DeleteRecords => DeleteRecordsRequest, DeleteRecordsResponse;
             InitProducerId => InitProducerIdRequest, InitProducerIdResponse;
             DescribeConfigs => DescribeConfigsRequest, DescribeConfigsResponse;
             AlterConfigs => AlterConfigsRequest, AlterConfigsResponse;

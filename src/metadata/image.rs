@@ -7,11 +7,40 @@ use std::sync::Arc;
 use shards::log::LogConfig;
 use uuid::Uuid;
 
+/// One advertised listener of a broker (Kafka's `EndPoint`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BrokerEndpoint {
-    pub id: i32,
+pub struct EndPoint {
+    pub listener_name: String,
+    pub security_protocol: String,
     pub host: String,
     pub port: u16,
+}
+
+impl EndPoint {
+    /// `NAME://host:port`, as `/brokers/ids/<id>` lists it (IPv6 in brackets).
+    pub fn connection_string(&self) -> String {
+        if self.host.contains(':') {
+            format!("{}://[{}]:{}", self.listener_name, self.host, self.port)
+        } else {
+            format!("{}://{}:{}", self.listener_name, self.host, self.port)
+        }
+    }
+}
+
+/// A registered broker (Kafka's `Broker`): its id and advertised listeners.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Broker {
+    pub id: i32,
+    pub endpoints: Vec<EndPoint>,
+}
+
+impl Broker {
+    /// The endpoint clients of `listener_name` connect to.
+    pub fn endpoint(&self, listener_name: &str) -> Option<&EndPoint> {
+        self.endpoints
+            .iter()
+            .find(|endpoint| endpoint.listener_name == listener_name)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -40,7 +69,7 @@ pub struct MetadataImage {
     pub version: u64,
     pub cluster_id: String,
     pub controller_id: i32,
-    pub brokers: BTreeMap<i32, BrokerEndpoint>,
+    pub brokers: BTreeMap<i32, Broker>,
     pub topics: BTreeMap<String, Arc<TopicImage>>,
     pub topic_ids: HashMap<Uuid, String>,
 }
@@ -55,6 +84,17 @@ impl MetadataImage {
             topics: BTreeMap::new(),
             topic_ids: HashMap::new(),
         }
+    }
+
+    /// Every broker's endpoint for `listener_name`; a broker without one is
+    /// left out, as Kafka leaves it out of the answers on that listener.
+    pub fn broker_endpoints<'a>(
+        &'a self,
+        listener_name: &'a str,
+    ) -> impl Iterator<Item = (i32, &'a EndPoint)> + 'a {
+        self.brokers
+            .values()
+            .filter_map(move |broker| Some((broker.id, broker.endpoint(listener_name)?)))
     }
 
     pub fn topic(&self, name: &str) -> Option<&Arc<TopicImage>> {

@@ -1,13 +1,13 @@
-//! The client listener: every shard binds the same address with SO_REUSEPORT
-//! (glommio's TcpListener does), so the kernel spreads connections over shards.
-//! A connection is served by the shard that accepted it, one request at a time
-//! as Kafka does (it mutes a channel while a request is in flight), so pipelined
-//! requests are answered in order and each connection has one request in flight.
+//! The listeners: for each, every shard has its own socket on the same address
+//! (SO_REUSEPORT), so the kernel spreads connections over shards. A connection
+//! is served by the shard that accepted it, one request at a time as Kafka does
+//! (it mutes a channel while a request is in flight), so pipelined requests are
+//! answered in order and each connection has one request in flight.
 
 use std::cell::Cell;
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -17,10 +17,14 @@ use glommio::net::{TcpListener, TcpStream};
 use shards::log::FileRecords;
 use tracing::{debug, info, warn};
 
-use crate::handlers::{handle_request, Outcome};
+use crate::config::ListenerConfig;
+use crate::handlers::{handle_request, ConnectionInfo, Outcome};
 use crate::protocol::FramePart;
 use crate::server::broker::ShardBroker;
 
+/// How long a start waits for a port held by a process that just died.
+const PORT_RELEASE_WAIT: Duration = Duration::from_secs(3);
+const PORT_RETRY_INTERVAL: Duration = Duration::from_millis(50);
 /// How long the accept loop waits after a failed accept.
 const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(100);
 /// How often an idle connection looks for shutdown.
@@ -49,17 +53,129 @@ impl InFlight {
     }
 }
 
-pub async fn accept_loop(listener: TcpListener, broker: Rc<ShardBroker>, in_flight: Rc<InFlight>) {
+/// One listener's sockets, bound and listening before the broker loads
+/// anything: one per shard, each accepted from by its shard once it serves.
+pub struct BoundListener {
+    pub name: String,
+    pub address: SocketAddr,
+    sockets: Vec<OwnedFd>,
+}
+
+/// Binds every listener, `nr_shards` sockets each. The shards share a port
+/// through SO_REUSEPORT, which would also let another process share it and take
+/// a share of the clients: so each address is first bound once without it, which
+/// fails while anyone else listens there (Kafka's "Address already in use").
+/// SO_REUSEADDR lets a restart bind over connections left in TIME_WAIT, as
+/// Kafka's listener does. Port 0 is resolved by that first bind, so every
+/// shard listens on the same port.
+pub fn bind_listeners(
+    listeners: &[ListenerConfig],
+    nr_shards: usize,
+    backlog: u32,
+) -> Result<Vec<BoundListener>, String> {
+    listeners
+        .iter()
+        .map(|listener| {
+            // Kafka's words (SocketServer's Acceptor.openServerSocket).
+            let failed = |error: io::Error| {
+                format!(
+                    "Socket server failed to bind to {}: {error}.",
+                    listener.address
+                )
+            };
+            let address = exclusive_port(listener.address).map_err(failed)?;
+            let sockets = (0..nr_shards)
+                .map(|_| shard_socket(address, backlog))
+                .collect::<io::Result<Vec<_>>>()
+                .map_err(failed)?;
+            info!(listener = listener.name, %address, "listening");
+            Ok(BoundListener {
+                name: listener.name.clone(),
+                address,
+                sockets,
+            })
+        })
+        .collect()
+}
+
+impl BoundListener {
+    /// The socket of one shard, to accept from on that shard.
+    pub fn take_socket(&mut self) -> OwnedFd {
+        self.sockets.pop().expect("one socket per shard")
+    }
+}
+
+/// Binds `address` without SO_REUSEPORT and lets it go: Err while another
+/// socket listens there; the address with its port resolved otherwise. A
+/// process killed with its sockets in io_uring requests keeps listening for a
+/// moment after it is gone (the ring's files are released asynchronously), so
+/// "in use" is retried for `PORT_RELEASE_WAIT` before it is believed.
+fn exclusive_port(address: SocketAddr) -> io::Result<SocketAddr> {
+    let deadline = std::time::Instant::now() + PORT_RELEASE_WAIT;
+    let probe = loop {
+        let probe = new_socket(address)?;
+        match probe.bind(&address.into()) {
+            Ok(()) => break probe,
+            Err(error)
+                if error.kind() == io::ErrorKind::AddrInUse
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(PORT_RETRY_INTERVAL);
+            }
+            Err(error) => return Err(error),
+        }
+    };
+    probe
+        .local_addr()?
+        .as_socket()
+        .ok_or_else(|| io::Error::other("not an inet address"))
+}
+
+fn shard_socket(address: SocketAddr, backlog: u32) -> io::Result<OwnedFd> {
+    let socket = new_socket(address)?;
+    socket.set_reuse_port(true)?;
+    socket.bind(&address.into())?;
+    socket.listen(backlog.min(i32::MAX as u32) as i32)?;
+    // SAFETY: the descriptor was just taken out of its owner.
+    Ok(unsafe { OwnedFd::from_raw_fd(socket.into_raw_fd()) })
+}
+
+fn new_socket(address: SocketAddr) -> io::Result<socket2::Socket> {
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(address),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )?;
+    socket.set_reuse_address(true)?;
+    Ok(socket)
+}
+
+/// Accepts on one listener's socket of this shard, for as long as it runs.
+pub async fn accept_loop(
+    socket: OwnedFd,
+    listener_name: Rc<str>,
+    broker: Rc<ShardBroker>,
+    in_flight: Rc<InFlight>,
+) {
+    // SAFETY: a bound, listening TCP socket this function now owns.
+    let listener = unsafe { TcpListener::from_raw_fd(socket.into_raw_fd()) };
     loop {
         match listener.accept().await {
             Ok(stream) => {
                 let broker = broker.clone();
                 let in_flight = in_flight.clone();
+                let listener_name = listener_name.clone();
                 in_flight.connections.set(in_flight.connections.get() + 1);
                 glommio::spawn_local(async move {
                     let peer = stream.peer_addr().ok();
-                    if let Err(reason) = serve_connection(stream, &broker, &in_flight).await {
-                        warn!(?peer, shard = broker.shard_id, %reason, "closing connection");
+                    match serve_connection(stream, listener_name, &broker, &in_flight).await {
+                        Ok(()) => {}
+                        Err(ConnectionError::Peer(error)) => {
+                            debug!(?peer, shard = broker.shard_id, %error, "client disconnected")
+                        }
+                        Err(ConnectionError::Protocol(reason)) => {
+                            warn!(?peer, shard = broker.shard_id, %reason, "closing connection")
+                        }
                     }
                     in_flight.connections.set(in_flight.connections.get() - 1);
                 })
@@ -74,11 +190,12 @@ pub async fn accept_loop(listener: TcpListener, broker: Rc<ShardBroker>, in_flig
     }
 }
 
-pub fn bind(address: SocketAddr) -> std::io::Result<TcpListener> {
-    let listener =
-        TcpListener::bind(address).map_err(|error| std::io::Error::other(error.to_string()))?;
-    info!(%address, "listening");
-    Ok(listener)
+/// Why a connection ended early.
+enum ConnectionError {
+    /// The socket failed: the client hung up or reset it, an ordinary end.
+    Peer(io::Error),
+    /// The client broke the protocol: worth an operator's attention.
+    Protocol(String),
 }
 
 /// Reads a request frame of `size_bytes` into a buffer it does not zero first
@@ -219,18 +336,24 @@ async fn send_file(stream: &mut TcpStream, records: &FileRecords) -> io::Result<
 /// Serves one connection until the client closes it or breaks the protocol.
 async fn serve_connection(
     mut stream: TcpStream,
+    listener_name: Rc<str>,
     broker: &Rc<ShardBroker>,
     in_flight: &InFlight,
-) -> Result<(), String> {
-    stream.set_nodelay(true).map_err(|e| e.to_string())?;
+) -> Result<(), ConnectionError> {
+    stream
+        .set_nodelay(true)
+        .map_err(|e| ConnectionError::Peer(io::Error::other(e.to_string())))?;
     // sendfile must not block the shard on a full socket. glommio's own reads
     // and writes are already nonblocking (MSG_DONTWAIT, then a poll through
     // io_uring), so they are unaffected.
-    set_nonblocking(stream.as_raw_fd()).map_err(|e| e.to_string())?;
-    let client_host = stream
-        .peer_addr()
-        .map(|address| format!("/{}", address.ip()))
-        .unwrap_or_default();
+    set_nonblocking(stream.as_raw_fd()).map_err(ConnectionError::Peer)?;
+    let connection = ConnectionInfo {
+        listener_name,
+        client_host: stream
+            .peer_addr()
+            .map(|address| format!("/{}", address.ip()))
+            .unwrap_or_default(),
+    };
     let max_request_bytes = broker.config.socket_request_max_bytes;
     let idle_timeout = Duration::from_millis(broker.config.connections_max_idle_ms);
     loop {
@@ -256,29 +379,26 @@ async fn serve_connection(
             {
                 return Ok(())
             }
-            Some(Err(error)) => return Err(error.to_string()),
+            Some(Err(error)) => return Err(ConnectionError::Peer(error)),
         }
         let size = i32::from_be_bytes(size);
         if size < 0 || size as usize > max_request_bytes {
-            return Err(format!("request of {size} bytes is outside [0, socket.request.max.bytes = {max_request_bytes}]"));
+            return Err(ConnectionError::Protocol(format!("request of {size} bytes is outside [0, socket.request.max.bytes = {max_request_bytes}]")));
         }
         let frame = read_frame(&mut stream, size as usize)
             .await
-            .map_err(|e| format!("truncated request: {e}"))?;
-        let outcome = handle_request(broker, &client_host, Bytes::from(frame)).await;
+            .map_err(ConnectionError::Peer)?;
+        let outcome = handle_request(broker, &connection, Bytes::from(frame)).await;
         match outcome {
             Ok(Outcome::Respond(response)) => stream
                 .write_all(&response)
                 .await
-                .map_err(|e| e.to_string())?,
+                .map_err(ConnectionError::Peer)?,
             Ok(Outcome::RespondInParts(parts)) => send_parts(&mut stream, &parts)
                 .await
-                .map_err(|e| format!("sending a response: {e}"))?,
+                .map_err(ConnectionError::Peer)?,
             Ok(Outcome::NoResponse) => {}
-            Err(error) => {
-                debug!(%error, "request refused");
-                return Err(error.to_string());
-            }
+            Err(error) => return Err(ConnectionError::Protocol(error.to_string())),
         }
     }
 }

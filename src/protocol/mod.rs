@@ -14,6 +14,7 @@ use kafka_protocol::protocol::{Decodable, Encodable};
 pub mod error_code {
     pub const UNKNOWN_SERVER_ERROR: i16 = -1;
     pub const NONE: i16 = 0;
+    pub const OFFSET_OUT_OF_RANGE: i16 = 1;
     pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
     pub const INVALID_FETCH_SIZE: i16 = 4;
     pub const LEADER_NOT_AVAILABLE: i16 = 5;
@@ -43,6 +44,7 @@ pub mod error_code {
     pub const INVALID_REPLICA_ASSIGNMENT: i16 = 39;
     pub const INVALID_CONFIG: i16 = 40;
     pub const INVALID_REQUEST: i16 = 42;
+    pub const POLICY_VIOLATION: i16 = 44;
     pub const KAFKA_STORAGE_ERROR: i16 = 56;
     pub const NON_EMPTY_GROUP: i16 = 68;
     pub const GROUP_ID_NOT_FOUND: i16 = 69;

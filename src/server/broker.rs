@@ -569,6 +569,39 @@ impl ShardBroker {
             .await
             .unwrap_or(Err(error_code::NOT_LEADER_OR_FOLLOWER))
     }
+
+    /// DeleteRecords on the owning shard: the log start offset moves up to
+    /// `offset` (-1: the high watermark). Returns the new low watermark.
+    pub async fn delete_records(
+        self: &Rc<Self>,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+    ) -> Result<i64, i16> {
+        let shard = self.route(topic, partition)?.shard;
+        let tp = TopicPartition::new(topic, partition);
+        self.mesh()
+            .invoke_on(shard, self, move |broker: Rc<ShardBroker>| async move {
+                let log = broker
+                    .log_manager
+                    .get_log(&tp)
+                    .ok_or(error_code::NOT_LEADER_OR_FOLLOWER)?;
+                // Kafka: records of a compacted-only topic are kept by policy.
+                if !log.config().cleanup_policy.delete {
+                    return Err(error_code::POLICY_VIOLATION);
+                }
+                let offset = match offset {
+                    -1 => log.high_watermark(),
+                    offset if offset < 0 => return Err(error_code::OFFSET_OUT_OF_RANGE),
+                    offset => offset,
+                };
+                log.maybe_increment_log_start_offset(offset)
+                    .await
+                    .map_err(|error| log_error_code(&error))
+            })
+            .await
+            .unwrap_or(Err(error_code::NOT_LEADER_OR_FOLLOWER))
+    }
 }
 
 impl AppendResult {

@@ -11,7 +11,10 @@ use std::time::{Duration, Instant};
 
 use glommio::{LocalExecutorBuilder, Placement};
 use shards::log::{LogDirs, LogManager};
-use shards::runtime::{spawn_shards, ShardPlacement, ShardRuntimeConfig, ShardStart};
+use shards::runtime::{
+    raise_memlock_limit, spawn_shards, ShardPlacement, ShardRuntimeConfig, ShardStart,
+    EXECUTOR_LOCKED_BYTES,
+};
 use tracing::{info, warn};
 
 use self::broker::ShardBroker;
@@ -20,9 +23,9 @@ use self::control::{
 };
 use crate::config::BrokerConfig;
 use crate::controller::{KafkaController, TopicDefaults};
-use crate::metadata::image::BrokerEndpoint;
+use crate::metadata::image::{Broker, EndPoint};
 use crate::metadata::store::EmbeddedStore;
-use crate::network::{accept_loop, bind, InFlight};
+use crate::network::{accept_loop, bind_listeners, BoundListener, InFlight};
 
 /// How often a shard looks for the shutdown signal.
 const STOP_POLL_INTERVAL: Duration = Duration::from_millis(20);
@@ -42,14 +45,42 @@ pub struct RunningBroker {
 pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::Error>> {
     let config = Arc::new(config);
     let nr_shards = config.cores.len();
-    let dirs = LogDirs::open(&config.log_dirs);
+    let dirs = LogDirs::open(&config.log_dirs)?;
+    // The embedded metadata lives in the first log dir: starting without it
+    // would forget every topic whose partitions are in the other dirs.
+    let metadata_dir = &dirs.dirs()[0].health;
+    if let Some(reason) = metadata_dir.offline_reason() {
+        return Err(format!(
+            "log dir {} holds the embedded metadata and cannot be used: {reason}",
+            metadata_dir.path().display()
+        )
+        .into());
+    }
+    let listeners = bind_listeners(
+        &config.listeners,
+        nr_shards,
+        config.socket_listen_backlog_size,
+    )?;
     let store = EmbeddedStore::open(&config.log_dirs[0])?;
     let controller = KafkaController::startup(
         store,
-        BrokerEndpoint {
+        Broker {
             id: config.broker_id,
-            host: config.advertised_host.clone(),
-            port: config.advertised_port,
+            endpoints: config
+                .listeners
+                .iter()
+                .zip(&listeners)
+                .map(|(listener, bound)| EndPoint {
+                    listener_name: listener.name.clone(),
+                    security_protocol: listener.security_protocol.clone(),
+                    host: listener.advertised_host.clone(),
+                    // A listener on port 0 advertises the port it got.
+                    port: match listener.advertised_port {
+                        0 => bound.address.port(),
+                        port => port,
+                    },
+                })
+                .collect(),
         },
         TopicDefaults {
             num_partitions: config.num_partitions,
@@ -61,6 +92,11 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
     let mut control_plane = ControlPlane::new(controller, placement, config.broker_id);
     let initial_image = control_plane.next_image();
     let (control_ends, shard_ends) = build_control_channels(nr_shards);
+    let runtime = ShardRuntimeConfig::for_cores(config.cores.clone());
+    // Before the first executor: the control plane's needs locked memory too.
+    raise_memlock_limit(
+        runtime.locked_bytes() + EXECUTOR_LOCKED_BYTES + CONTROL_IO_MEMORY_BYTES as u64,
+    );
     let control = LocalExecutorBuilder::new(Placement::Unbound)
         .name("control")
         .io_memory(CONTROL_IO_MEMORY_BYTES)
@@ -68,10 +104,10 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
         .map_err(|e| e.to_string())?;
 
     let stop = Arc::new(AtomicBool::new(false));
-    let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
+    let (ready_tx, ready_rx) = mpsc::channel::<()>();
     let shard_ends: Arc<Mutex<Vec<Option<ShardControlEnds>>>> =
         Arc::new(Mutex::new(shard_ends.into_iter().map(Some).collect()));
-    let runtime = ShardRuntimeConfig::for_cores(config.cores.clone());
+    let listeners = Arc::new(Mutex::new(listeners));
     let max_in_flight_mesh_jobs = runtime.max_in_flight_mesh_jobs;
     let shard_dirs = dirs.clone();
     let shard_stop = stop.clone();
@@ -89,6 +125,12 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
             let ends = shard_ends.lock().unwrap()[start.shard_id]
                 .take()
                 .expect("one set of control ends per shard");
+            let sockets: Vec<_> = listeners
+                .lock()
+                .unwrap()
+                .iter_mut()
+                .map(|listener: &mut BoundListener| (listener.name.clone(), listener.take_socket()))
+                .collect();
             async move {
                 let log_manager = LogManager::new(start.shard_id, dirs, config.log_manager.clone());
                 let image_receiver = glommio::spawn_local(ends.images.connect());
@@ -124,24 +166,25 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
                         loaded.wait();
                     })
                     .await;
-                let listener = match bind(config.listener) {
-                    Ok(listener) => listener,
-                    Err(error) => {
-                        let _ = ready.send(Err(format!(
-                            "cannot listen on {}: {error}",
-                            config.listener
-                        )));
-                        return;
-                    }
-                };
                 let in_flight = Rc::new(InFlight::default());
-                let acceptor =
-                    glommio::spawn_local(accept_loop(listener, broker.clone(), in_flight.clone()));
-                let _ = ready.send(Ok(()));
+                let acceptors: Vec<_> = sockets
+                    .into_iter()
+                    .map(|(name, socket)| {
+                        glommio::spawn_local(accept_loop(
+                            socket,
+                            Rc::from(name),
+                            broker.clone(),
+                            in_flight.clone(),
+                        ))
+                    })
+                    .collect();
+                let _ = ready.send(());
                 while !stop.load(Ordering::Acquire) {
                     glommio::timer::sleep(STOP_POLL_INTERVAL).await;
                 }
-                acceptor.cancel().await;
+                for acceptor in acceptors {
+                    acceptor.cancel().await;
+                }
                 in_flight.stop();
                 // Joins and syncs waiting on a rebalance are answered now.
                 broker.groups.shutdown();
@@ -155,9 +198,7 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
             }
         })?;
     for _ in 0..nr_shards {
-        ready_rx
-            .recv()
-            .map_err(|_| "a shard died while starting")??;
+        ready_rx.recv().map_err(|_| "a shard died while starting")?;
     }
     Ok(RunningBroker {
         stop,

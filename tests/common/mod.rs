@@ -58,9 +58,14 @@ pub struct Broker {
 
 impl Broker {
     pub fn start(extra: &[&str]) -> Broker {
+        Self::start_on(free_port(), extra)
+    }
+
+    /// A broker whose PLAINTEXT listener is on `port`, for overrides that name it.
+    pub fn start_on(port: u16, extra: &[&str]) -> Broker {
         let dir = tempfile::tempdir().unwrap();
         let mut broker = Broker {
-            port: free_port(),
+            port,
             data_dir: dir.path().join("data"),
             extra: extra.iter().map(|s| s.to_string()).collect(),
             child: None,

@@ -57,6 +57,7 @@ async fn open_log(dir: &Path) -> Log {
         recovery_point: 0,
         had_clean_shutdown: false,
         high_watermark: None,
+        log_start_offset: None,
         health: LogDirHealth::new(dir),
         now_ms: 1_700_000_000_000,
     })

@@ -138,6 +138,8 @@ pub struct LogOpenParams {
     /// The broker shut down cleanly last time: no recovery scan.
     pub had_clean_shutdown: bool,
     pub high_watermark: Option<i64>,
+    /// Where DeleteRecords moved the log start, from `log-start-offset-checkpoint`.
+    pub log_start_offset: Option<i64>,
     pub health: LogDirHealth,
     pub now_ms: i64,
 }
@@ -182,6 +184,7 @@ impl Log {
             recovery_point,
             had_clean_shutdown,
             high_watermark,
+            log_start_offset,
             health,
             now_ms,
         } = params;
@@ -193,6 +196,7 @@ impl Log {
             recovery_point,
             had_clean_shutdown,
             high_watermark,
+            log_start_offset,
             health.clone(),
             now_ms,
         )
@@ -208,6 +212,7 @@ impl Log {
         recovery_point: i64,
         had_clean_shutdown: bool,
         high_watermark: Option<i64>,
+        checkpointed_log_start_offset: Option<i64>,
         health: LogDirHealth,
         now_ms: i64,
     ) -> Result<Log, LogError> {
@@ -259,8 +264,11 @@ impl Log {
                 Rc::new(LogSegment::create(dir, start, "", &config, now_ms).await?),
             );
         }
-        let log_start_offset = *segments.keys().next().unwrap();
         let log_end_offset = segments.values().next_back().unwrap().next_offset();
+        // DeleteRecords may have moved the start past the first segment's base.
+        let log_start_offset = checkpointed_log_start_offset
+            .unwrap_or(i64::MIN)
+            .clamp(*segments.keys().next().unwrap(), log_end_offset);
         let mut epoch_cache = LeaderEpochFileCache::load(dir)?;
         let mut epochs_changed = false;
         for (epoch, offset) in epochs_seen {
@@ -708,61 +716,98 @@ impl Log {
         self.fetch_offset_by_timestamp(max).await
     }
 
-    /// Deletes closed segments past `retention.ms` or beyond `retention.bytes`;
-    /// the active segment is never deleted. Returns how many went.
+    /// DeleteRecords: moves the log start offset up to `offset`, which may not
+    /// pass the high watermark (OFFSET_OUT_OF_RANGE); never moves it back. Reads
+    /// below it are then out of range; the segments wholly below it go with the
+    /// next retention pass. Returns the log start offset (the low watermark).
+    pub async fn maybe_increment_log_start_offset(&self, offset: i64) -> Result<i64, LogError> {
+        self.health.check()?;
+        let _permit = permit(&self.maintenance_lock).await;
+        self.check_not_deleted()?;
+        if offset > self.high_watermark() {
+            return Err(LogError::OffsetOutOfRange {
+                offset,
+                log_start_offset: self.log_start_offset(),
+                log_end_offset: self.high_watermark(),
+            });
+        }
+        if offset > self.log_start_offset() {
+            self.advance_log_start_offset(offset).await?;
+            info!(partition = %self.topic_partition, log_start_offset = offset, "log start offset moved by DeleteRecords");
+        }
+        Ok(self.log_start_offset())
+    }
+
+    /// Raises the log start offset, and with it what may not lie below it.
+    async fn advance_log_start_offset(&self, offset: i64) -> Result<(), LogError> {
+        assert!(offset >= self.log_start_offset() && offset <= self.log_end_offset());
+        self.log_start_offset.set(offset);
+        self.high_watermark.set(self.high_watermark().max(offset));
+        self.first_dirty_offset
+            .set(self.first_dirty_offset().max(offset));
+        if self
+            .leader_epoch_cache
+            .borrow_mut()
+            .truncate_from_start(offset)
+        {
+            self.write_leader_epoch_checkpoint().await?;
+        }
+        Ok(())
+    }
+
+    /// The log start offset when DeleteRecords moved it past the first segment's
+    /// base, which is what `log-start-offset-checkpoint` keeps (as Kafka does).
+    pub fn log_start_offset_checkpoint(&self) -> Option<i64> {
+        let first_base = *self.segments.borrow().keys().next().unwrap();
+        (self.log_start_offset() > first_base).then(|| self.log_start_offset())
+    }
+
+    /// Deletes closed segments past `retention.ms` or beyond `retention.bytes`,
+    /// and those wholly below the log start offset (DeleteRecords, whatever the
+    /// cleanup policy); the active segment is never deleted. Returns how many went.
     pub async fn delete_retained_segments(&self, now_ms: i64) -> Result<usize, LogError> {
         self.health.check()?;
         let config = self.config();
-        if !config.cleanup_policy.delete {
-            return Ok(0);
-        }
         let _permit = permit(&self.maintenance_lock).await;
         self.check_not_deleted()?;
         let segments = self.segments();
         let closed = &segments[..segments.len() - 1];
-        let mut size_over = if config.retention_bytes >= 0 {
-            self.size_bytes() as i64 - config.retention_bytes
-        } else {
-            i64::MIN
-        };
+        // How far the log is over `retention.bytes`; None without a size limit.
+        let mut size_over = (config.retention_bytes >= 0)
+            .then(|| self.size_bytes() as i64 - config.retention_bytes);
         let mut doomed = Vec::new();
-        for segment in closed {
+        for (i, segment) in closed.iter().enumerate() {
+            let below_log_start = segments[i + 1].base_offset() <= self.log_start_offset();
             // Never what followers and consumers cannot have read yet.
             if segment.next_offset() > self.high_watermark() {
                 break;
             }
-            let expired = config.retention_ms >= 0
+            let delete = config.cleanup_policy.delete;
+            let expired = delete
+                && config.retention_ms >= 0
                 && segment.max_timestamp() >= 0
                 && now_ms - segment.max_timestamp() > config.retention_ms;
-            let over_size = size_over >= segment.size_bytes() as i64;
-            if !(expired || over_size) {
+            let over_size =
+                delete && size_over.is_some_and(|over| over >= segment.size_bytes() as i64);
+            if !(expired || over_size || below_log_start) {
                 break;
             }
-            size_over -= segment.size_bytes() as i64;
+            size_over = size_over.map(|over| over - segment.size_bytes() as i64);
             doomed.push(segment.clone());
         }
         if doomed.is_empty() {
             return Ok(0);
         }
-        let new_start = segments[doomed.len()].base_offset();
+        let new_start = segments[doomed.len()]
+            .base_offset()
+            .max(self.log_start_offset());
         {
             let mut map = self.segments.borrow_mut();
             for segment in &doomed {
                 map.remove(&segment.base_offset());
             }
         }
-        self.log_start_offset.set(new_start);
-        self.high_watermark
-            .set(self.high_watermark().max(new_start));
-        self.first_dirty_offset
-            .set(self.first_dirty_offset().max(new_start));
-        if self
-            .leader_epoch_cache
-            .borrow_mut()
-            .truncate_from_start(new_start)
-        {
-            self.write_leader_epoch_checkpoint().await?;
-        }
+        self.advance_log_start_offset(new_start).await?;
         for segment in &doomed {
             segment
                 .delete_files()

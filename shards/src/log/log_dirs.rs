@@ -1,13 +1,18 @@
 //! The broker's `log.dirs`, shared by every shard: which partitions live where,
 //! which directories are offline, and the per-directory checkpoint files
 //! (`recovery-point-offset-checkpoint`, `replication-offset-checkpoint`,
-//! `cleaner-offset-checkpoint`) and clean-shutdown marker.
+//! `log-start-offset-checkpoint`, `cleaner-offset-checkpoint`) and
+//! clean-shutdown marker. Each directory is
+//! locked through its `.lock` file for the life of the process, so two brokers
+//! never share one.
 
 use std::collections::BTreeMap;
+use std::fs::File;
 use std::io;
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use tracing::{error, warn};
 
@@ -17,8 +22,10 @@ use super::{LogError, TopicPartition};
 
 pub const RECOVERY_POINT_CHECKPOINT_FILE: &str = "recovery-point-offset-checkpoint";
 pub const REPLICATION_CHECKPOINT_FILE: &str = "replication-offset-checkpoint";
+pub const LOG_START_OFFSET_CHECKPOINT_FILE: &str = "log-start-offset-checkpoint";
 pub const CLEANER_CHECKPOINT_FILE: &str = "cleaner-offset-checkpoint";
 pub const CLEAN_SHUTDOWN_FILE: &str = ".kafka_cleanshutdown";
+pub const LOCK_FILE: &str = ".lock";
 
 /// One log directory's health, shared by every log in it. The first I/O error
 /// takes the whole directory offline, as in Kafka; its partitions then answer
@@ -32,6 +39,8 @@ pub struct LogDirHealth {
 struct LogDirHealthInner {
     path: PathBuf,
     offline: AtomicBool,
+    /// Why the directory went offline, set once with `offline`.
+    reason: OnceLock<String>,
 }
 
 impl LogDirHealth {
@@ -40,6 +49,7 @@ impl LogDirHealth {
             inner: Arc::new(LogDirHealthInner {
                 path: path.to_owned(),
                 offline: AtomicBool::new(false),
+                reason: OnceLock::new(),
             }),
         }
     }
@@ -48,6 +58,10 @@ impl LogDirHealth {
     }
     pub fn is_offline(&self) -> bool {
         self.inner.offline.load(Ordering::Acquire)
+    }
+    /// The error that took the directory offline.
+    pub fn offline_reason(&self) -> Option<&str> {
+        self.inner.reason.get().map(String::as_str)
     }
     pub fn check(&self) -> Result<(), LogError> {
         if self.is_offline() {
@@ -60,10 +74,11 @@ impl LogDirHealth {
     }
     /// Passes `error` through; a storage error takes the directory offline.
     pub fn on_error(&self, error: LogError) -> LogError {
-        if matches!(error, LogError::KafkaStorage(_))
-            && !self.inner.offline.swap(true, Ordering::AcqRel)
-        {
-            error!(dir = %self.path().display(), %error, "log directory failed; taking it offline");
+        if let LogError::KafkaStorage(reason) = &error {
+            let _ = self.inner.reason.set(reason.clone());
+            if !self.inner.offline.swap(true, Ordering::AcqRel) {
+                error!(dir = %self.path().display(), %error, "log directory failed; taking it offline");
+            }
         }
         error
     }
@@ -74,6 +89,8 @@ impl LogDirHealth {
 pub struct PartitionCheckpoint {
     pub recovery_point: i64,
     pub high_watermark: Option<i64>,
+    /// Only where DeleteRecords moved it past the first segment's base.
+    pub log_start_offset: Option<i64>,
     pub first_dirty_offset: Option<i64>,
 }
 
@@ -85,6 +102,8 @@ struct DirState {
 pub struct LogDir {
     pub health: LogDirHealth,
     pub had_clean_shutdown: bool,
+    /// Holds the directory's `.lock` until the process ends; None when offline.
+    _lock: Option<File>,
 }
 
 pub struct LogDirs {
@@ -92,46 +111,98 @@ pub struct LogDirs {
     state: Mutex<Vec<DirState>>,
 }
 
+/// Why the broker cannot start on its `log.dirs`.
+#[derive(Debug)]
+pub enum LogDirsError {
+    /// Another process holds the directory's `.lock`.
+    Locked(PathBuf),
+    /// Every directory is unusable: each with its reason.
+    NoneUsable(Vec<(PathBuf, String)>),
+}
+
+impl std::fmt::Display for LogDirsError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            // Kafka's own words (LogManager.lockLogDirs).
+            LogDirsError::Locked(dir) => write!(
+                f,
+                "Failed to acquire lock on file {LOCK_FILE} in {}. A Kafka instance in another \
+                 process or thread is using this directory.",
+                dir.display()
+            ),
+            LogDirsError::NoneUsable(dirs) => {
+                f.write_str("none of the log dirs can be used:")?;
+                for (dir, reason) in dirs {
+                    write!(f, " {}: {reason};", dir.display())?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+impl std::error::Error for LogDirsError {}
+
 impl LogDirs {
-    /// Opens every directory (creating it if needed), reads its checkpoints and
-    /// consumes its clean-shutdown marker. A directory that cannot be read starts
-    /// offline.
-    pub fn open(paths: &[PathBuf]) -> Arc<Self> {
+    /// Locks every directory (creating it if needed), then reads its checkpoints
+    /// and consumes its clean-shutdown marker. A directory that cannot be created,
+    /// written or read starts offline; one locked by another process, or no usable
+    /// directory at all, stops the start before anything in a directory is touched.
+    pub fn open(paths: &[PathBuf]) -> Result<Arc<Self>, LogDirsError> {
         assert!(
             !paths.is_empty(),
             "log.dirs must name at least one directory"
         );
+        let mut locks = Vec::new();
+        for path in paths {
+            match lock_dir(path) {
+                Ok(Some(lock)) => locks.push(Ok(lock)),
+                Ok(None) => return Err(LogDirsError::Locked(path.clone())),
+                Err(error) => locks.push(Err(error)),
+            }
+        }
         let mut dirs = Vec::new();
         let mut states = Vec::new();
-        for path in paths {
+        for (path, lock) in paths.iter().zip(locks) {
             let health = LogDirHealth::new(path);
-            match Self::open_dir(path) {
-                Ok((had_clean_shutdown, state)) => {
+            match lock.and_then(|lock| Ok((lock, Self::open_dir(path)?))) {
+                Ok((lock, (had_clean_shutdown, state))) => {
                     dirs.push(LogDir {
                         health,
                         had_clean_shutdown,
+                        _lock: Some(lock),
                     });
                     states.push(state);
                 }
                 Err(error) => {
-                    warn!(dir = %path.display(), %error, "log directory unusable; starting it offline");
+                    // Logged by on_error, with the directory and the reason.
                     health.on_error(error.into());
                     dirs.push(LogDir {
                         health,
                         had_clean_shutdown: false,
+                        _lock: None,
                     });
                     states.push(DirState::default());
                 }
             }
         }
-        Arc::new(Self {
+        if dirs.iter().all(|dir| dir.health.is_offline()) {
+            return Err(LogDirsError::NoneUsable(
+                dirs.iter()
+                    .map(|dir| {
+                        let reason = dir.health.offline_reason().unwrap_or("offline");
+                        (dir.health.path().to_owned(), reason.to_owned())
+                    })
+                    .collect(),
+            ));
+        }
+        Ok(Arc::new(Self {
             dirs,
             state: Mutex::new(states),
-        })
+        }))
     }
 
     fn open_dir(path: &Path) -> io::Result<(bool, DirState)> {
-        std::fs::create_dir_all(path)?;
         let marker = path.join(CLEAN_SHUTDOWN_FILE);
         let had_clean_shutdown = marker.exists();
         if had_clean_shutdown {
@@ -189,6 +260,11 @@ impl LogDirs {
         for (tp, offset) in read(REPLICATION_CHECKPOINT_FILE)? {
             if let Some(checkpoint) = state.partitions.get_mut(&tp) {
                 checkpoint.high_watermark = Some(offset);
+            }
+        }
+        for (tp, offset) in read(LOG_START_OFFSET_CHECKPOINT_FILE)? {
+            if let Some(checkpoint) = state.partitions.get_mut(&tp) {
+                checkpoint.log_start_offset = Some(offset);
             }
         }
         for (tp, offset) in read(CLEANER_CHECKPOINT_FILE)? {
@@ -286,6 +362,12 @@ impl LogDirs {
             })
             .and_then(|_| {
                 write_checkpoint_file(
+                    &path.join(LOG_START_OFFSET_CHECKPOINT_FILE),
+                    &lines(&|c| c.log_start_offset),
+                )
+            })
+            .and_then(|_| {
+                write_checkpoint_file(
                     &path.join(CLEANER_CHECKPOINT_FILE),
                     &lines(&|c| c.first_dirty_offset),
                 )
@@ -309,9 +391,92 @@ impl LogDirs {
     }
 }
 
+/// Creates `path` if needed and locks its `.lock` file. Creating that file is
+/// also the check that the directory can be written. The lock is an
+/// open-file-description lock, which conflicts with the POSIX lock a Kafka
+/// broker (Java's FileChannel.tryLock) takes on the same file, so neither
+/// broker can start on the other's directory. None: another process holds it.
+fn lock_dir(path: &Path) -> io::Result<Option<File>> {
+    std::fs::create_dir_all(path)?;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path.join(LOCK_FILE))?;
+    // SAFETY: a zeroed flock is a valid "whole file" range; the descriptor is
+    // open for the duration of the call.
+    let result = unsafe {
+        let mut lock: libc::flock = std::mem::zeroed();
+        lock.l_type = libc::F_WRLCK as libc::c_short;
+        lock.l_whence = libc::SEEK_SET as libc::c_short;
+        libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &lock)
+    };
+    if result == 0 {
+        return Ok(Some(file));
+    }
+    let error = io::Error::last_os_error();
+    match error.raw_os_error() {
+        Some(libc::EAGAIN | libc::EACCES) => Ok(None),
+        _ => Err(error),
+    }
+}
+
 fn bad_line(what: impl std::fmt::Display) -> io::Error {
     io::Error::new(
         io::ErrorKind::InvalidData,
         format!("bad checkpoint entry: {what}"),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_locked_dir_stops_the_start_before_anything_in_it_is_touched() {
+        let root = tempfile::tempdir().unwrap();
+        let (first, second) = (root.path().join("a"), root.path().join("b"));
+        let running = LogDirs::open(std::slice::from_ref(&first)).unwrap();
+        running.mark_clean_shutdown().unwrap();
+        let error = match LogDirs::open(&[second.clone(), first.clone()]) {
+            Err(error) => error,
+            Ok(_) => panic!("a locked dir was opened twice"),
+        };
+        assert!(matches!(&error, LogDirsError::Locked(dir) if *dir == first));
+        assert!(error.to_string().contains(&*first.to_string_lossy()));
+        assert!(
+            first.join(CLEAN_SHUTDOWN_FILE).exists(),
+            "the running broker's marker is left alone"
+        );
+        drop(running);
+        let reopened = LogDirs::open(std::slice::from_ref(&first)).unwrap();
+        assert!(reopened.dirs()[0].had_clean_shutdown);
+    }
+
+    #[test]
+    fn an_uncreatable_dir_starts_offline_and_none_usable_names_each() {
+        let root = tempfile::tempdir().unwrap();
+        let file = root.path().join("a-file");
+        std::fs::write(&file, b"").unwrap();
+        let (bad, good) = (file.join("logs"), root.path().join("good"));
+        let dirs = LogDirs::open(&[bad.clone(), good.clone()]).unwrap();
+        assert!(dirs.dirs()[0].health.is_offline());
+        assert!(dirs.dirs()[0].health.offline_reason().is_some());
+        assert!(!dirs.dirs()[1].health.is_offline());
+        assert_eq!(
+            dirs.assign_dir(&TopicPartition::new("t", 0)).unwrap(),
+            1,
+            "nothing is placed in an offline dir"
+        );
+        let other_bad = file.join("more");
+        match LogDirs::open(&[bad.clone(), other_bad.clone()]) {
+            Err(LogDirsError::NoneUsable(reasons)) => {
+                let named: Vec<&PathBuf> = reasons.iter().map(|(dir, _)| dir).collect();
+                assert_eq!(named, vec![&bad, &other_bad]);
+                assert!(reasons.iter().all(|(_, reason)| !reason.is_empty()));
+            }
+            other => panic!("expected NoneUsable, got {:?}", other.err()),
+        }
+    }
 }

@@ -122,6 +122,7 @@ impl LogManager {
             recovery_point: checkpoint.recovery_point,
             had_clean_shutdown: self.dirs.dirs()[dir].had_clean_shutdown,
             high_watermark: checkpoint.high_watermark,
+            log_start_offset: checkpoint.log_start_offset,
             health,
             now_ms: wall_clock_ms(),
         })
@@ -169,6 +170,7 @@ impl LogManager {
                 PartitionCheckpoint {
                     recovery_point: log.recovery_point(),
                     high_watermark: Some(log.high_watermark()),
+                    log_start_offset: log.log_start_offset_checkpoint(),
                     first_dirty_offset: Some(log.first_dirty_offset()),
                 },
             );

@@ -29,8 +29,8 @@ pub use log::{
     TopicPartition,
 };
 pub use log_dirs::{
-    LogDir, LogDirHealth, LogDirs, PartitionCheckpoint, CLEAN_SHUTDOWN_FILE,
-    RECOVERY_POINT_CHECKPOINT_FILE,
+    LogDir, LogDirHealth, LogDirs, LogDirsError, PartitionCheckpoint, CLEAN_SHUTDOWN_FILE,
+    LOCK_FILE, RECOVERY_POINT_CHECKPOINT_FILE,
 };
 pub use log_manager::{LogManager, LogManagerConfig};
 pub use record_batch::CompressionType;

@@ -36,6 +36,11 @@ impl ShardRuntimeConfig {
             max_in_flight_mesh_jobs: 4096,
         }
     }
+
+    /// What the shards lock in memory together.
+    pub fn locked_bytes(&self) -> u64 {
+        self.cores.len() as u64 * (EXECUTOR_LOCKED_BYTES + self.io_memory_bytes as u64)
+    }
 }
 
 /// What a shard starts with: its id and its unconnected mesh ends.
@@ -45,20 +50,42 @@ pub struct ShardStart<S: 'static> {
     pub mesh: MeshEnds<S>,
 }
 
-/// glommio locks its io_uring buffers in memory; lift RLIMIT_MEMLOCK so that
-/// works under a small `ulimit -l` (root may raise the hard limit too).
-pub fn raise_memlock_limit() {
-    let unlimited = libc::rlimit {
-        rlim_cur: libc::RLIM_INFINITY,
-        rlim_max: libc::RLIM_INFINITY,
-    };
-    // SAFETY: setrlimit reads a valid, initialized struct.
-    if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited) } != 0 {
-        warn!(
-            error = %io::Error::last_os_error(),
-            "cannot raise RLIMIT_MEMLOCK; io_uring buffers must fit `ulimit -l`"
-        );
-    }
+/// What glommio locks per executor beyond its io memory (its rings).
+pub const EXECUTOR_LOCKED_BYTES: u64 = 512 * 1024;
+
+/// glommio locks its io_uring rings and buffers in memory: lift RLIMIT_MEMLOCK
+/// so they fit under a small `ulimit -l`, to unlimited where allowed (root),
+/// else to the hard limit. The first call in a process decides; it says once,
+/// with what to change, when the limit stays below `needed_bytes`.
+pub fn raise_memlock_limit(needed_bytes: u64) {
+    static RAISED: std::sync::Once = std::sync::Once::new();
+    RAISED.call_once(|| {
+        let unlimited = libc::rlimit {
+            rlim_cur: libc::RLIM_INFINITY,
+            rlim_max: libc::RLIM_INFINITY,
+        };
+        // SAFETY: getrlimit/setrlimit on valid, initialized structs.
+        unsafe {
+            if libc::setrlimit(libc::RLIMIT_MEMLOCK, &unlimited) == 0 {
+                return;
+            }
+            let mut limit: libc::rlimit = std::mem::zeroed();
+            if libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut limit) != 0 {
+                return;
+            }
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_MEMLOCK, &limit);
+            if limit.rlim_max != libc::RLIM_INFINITY && limit.rlim_max < needed_bytes {
+                warn!(
+                    limit_kib = limit.rlim_max / 1024,
+                    needed_kib = needed_bytes / 1024,
+                    "locked memory (RLIMIT_MEMLOCK) is below what io_uring needs; raise it \
+                     with `ulimit -l unlimited`, LimitMEMLOCK=infinity in a systemd unit, or \
+                     memlock in /etc/security/limits.conf"
+                );
+            }
+        }
+    });
 }
 
 /// Starts one pinned executor per configured core, each running `init`.
@@ -73,7 +100,7 @@ where
     R: Send + 'static,
 {
     assert!(!config.cores.is_empty(), "at least one shard");
-    raise_memlock_limit();
+    raise_memlock_limit(config.locked_bytes());
     let nr_shards = config.cores.len();
     let mut handles = Vec::with_capacity(nr_shards);
     for (shard_id, mesh) in build_mesh::<S>(nr_shards, config.mesh_channel_capacity)
@@ -99,7 +126,7 @@ where
 
 /// An unpinned executor for tools and tests that drive the log directly.
 pub fn local_executor() -> LocalExecutor {
-    raise_memlock_limit();
+    raise_memlock_limit(EXECUTOR_LOCKED_BYTES + DEFAULT_IO_MEMORY_BYTES as u64);
     LocalExecutorBuilder::new(Placement::Unbound)
         .io_memory(DEFAULT_IO_MEMORY_BYTES)
         .make()

@@ -39,6 +39,7 @@ pub async fn open_log(dir: &Path, config: LogConfig, recovery_point: i64, clean:
         recovery_point,
         had_clean_shutdown: clean,
         high_watermark: None,
+        log_start_offset: None,
         health: LogDirHealth::new(dir),
         now_ms: 1_000,
     })
