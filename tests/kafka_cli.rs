@@ -525,3 +525,250 @@ fn kafka_delete_records_moves_the_log_start_for_good() {
         (1500, 1)
     );
 }
+
+/// The keys Kafka's own jars define: ConfigDefs.java run against Kafka 4's
+/// jars (`kafka`) or 3.9's (`kafka-3.9`).
+fn kafka_config_keys(jars: &str, scope: &str) -> BTreeSet<String> {
+    let fetch = Command::new(repo_root().join(format!("tests/support/{jars}/fetch.sh")))
+        .output()
+        .unwrap();
+    assert!(
+        fetch.status.success(),
+        "{}",
+        String::from_utf8_lossy(&fetch.stderr)
+    );
+    let libs = String::from_utf8(fetch.stdout).unwrap();
+    let output = Command::new("timeout")
+        .args(["180", "java", "-cp"])
+        .arg(format!("{}/*", libs.trim()))
+        .arg(repo_root().join("tests/support/kafka/ConfigDefs.java"))
+        .arg(scope)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .map(|line| line.split('\t').next().unwrap().to_owned())
+        .collect()
+}
+
+/// The names `kafka-configs --describe --all` printed ("  name=value sensitive=...").
+fn described_keys(output: &str) -> BTreeSet<String> {
+    output
+        .lines()
+        .filter_map(|line| line.strip_prefix("  "))
+        .filter_map(|entry| entry.split_once('=').map(|(name, _)| name.to_owned()))
+        .collect()
+}
+
+#[test]
+fn kafka_configs_describe_all_lists_every_key_kafka_defines() {
+    let broker = Broker::start(&["log.retention.hours=24", "num.io.threads=4"]);
+    let address = broker.address();
+    let bootstrap = ["--bootstrap-server", address.as_str()];
+    kafka_tool(
+        TOPICS,
+        &[
+            &bootstrap[..],
+            &[
+                "--create",
+                "--topic",
+                "described",
+                "--config",
+                "preallocate=true",
+            ],
+        ]
+        .concat(),
+        None,
+    );
+    let topic = kafka_tool(
+        CONFIGS,
+        &[
+            &bootstrap[..],
+            &[
+                "--entity-type",
+                "topics",
+                "--entity-name",
+                "described",
+                "--describe",
+                "--all",
+            ],
+        ]
+        .concat(),
+        None,
+    );
+    let mut topic_keys = kafka_config_keys("kafka", "topic");
+    topic_keys.extend(kafka_config_keys("kafka-3.9", "topic"));
+    assert_eq!(described_keys(&topic), topic_keys, "{topic}");
+    // The override, the broker's own value with its synonyms, and a default.
+    assert!(
+        topic.contains(
+            "  preallocate=true sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:preallocate=true"
+        ),
+        "{topic}"
+    );
+    assert!(topic.contains("  retention.ms=86400000 "), "{topic}");
+    assert!(topic.contains("  compression.type=producer sensitive=false synonyms={DEFAULT_CONFIG:compression.type=producer}"), "{topic}");
+    let overrides = kafka_tool(
+        CONFIGS,
+        &[
+            &bootstrap[..],
+            &[
+                "--entity-type",
+                "topics",
+                "--entity-name",
+                "described",
+                "--describe",
+            ],
+        ]
+        .concat(),
+        None,
+    );
+    assert!(
+        overrides.contains("preallocate=true") && !overrides.contains("retention.ms"),
+        "{overrides}"
+    );
+
+    let brokers = kafka_tool(
+        CONFIGS,
+        &[
+            &bootstrap[..],
+            &[
+                "--entity-type",
+                "brokers",
+                "--entity-name",
+                "0",
+                "--describe",
+                "--all",
+            ],
+        ]
+        .concat(),
+        None,
+    );
+    let broker_keys = kafka_config_keys("kafka-3.9", "broker");
+    let described = described_keys(&brokers);
+    let missing: Vec<_> = broker_keys.difference(&described).collect();
+    assert!(missing.is_empty(), "missing {missing:?}:\n{brokers}");
+    assert!(brokers.contains("  num.io.threads=4 sensitive=false synonyms={STATIC_BROKER_CONFIG:num.io.threads=4, DEFAULT_CONFIG:num.io.threads=8}"), "{brokers}");
+    assert!(brokers.contains("  log.retention.hours=24 sensitive=false synonyms={STATIC_BROKER_CONFIG:log.retention.hours=24, DEFAULT_CONFIG:log.retention.hours=168}"), "{brokers}");
+    assert!(
+        brokers.contains("  ssl.keystore.password=null sensitive=true"),
+        "{brokers}"
+    );
+}
+
+/// Batches of the given codec and record count in a partition's segments.
+fn stored_codecs(partition_dir: &std::path::Path) -> Vec<(shards::log::CompressionType, i32)> {
+    let mut batches = Vec::new();
+    for entry in std::fs::read_dir(partition_dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "log") {
+            let bytes = std::fs::read(&path).unwrap();
+            for batch in shards::log::record_batch::BatchIter::new(&bytes) {
+                let (header, _) = batch.unwrap();
+                batches.push((header.compression().unwrap(), header.records_count));
+            }
+        }
+    }
+    batches
+}
+
+#[test]
+fn a_zstd_topic_recompresses_gzip_batches_that_every_client_reads() {
+    let broker = Broker::start(&[]);
+    let address = broker.address();
+    let bootstrap = ["--bootstrap-server", address.as_str()];
+    kafka_tool(
+        TOPICS,
+        &[
+            &bootstrap[..],
+            &["--create", "--topic", "zstd", "--partitions", "1"],
+        ]
+        .concat(),
+        None,
+    );
+    kafka_tool(
+        CONFIGS,
+        &[
+            &bootstrap[..],
+            &[
+                "--entity-type",
+                "topics",
+                "--entity-name",
+                "zstd",
+                "--alter",
+                "--add-config",
+                "compression.type=zstd,compression.zstd.level=9",
+            ],
+        ]
+        .concat(),
+        None,
+    );
+    let lines: String = (0..300).map(|i| format!("line-{i:04}\n")).collect();
+    kafka_tool(
+        "org.apache.kafka.tools.ConsoleProducer",
+        &[
+            &bootstrap[..],
+            &["--topic", "zstd", "--compression-codec", "gzip"],
+        ]
+        .concat(),
+        Some(&lines),
+    );
+    let stored = stored_codecs(&broker.data_dir().join("zstd-0"));
+    assert!(!stored.is_empty());
+    assert!(
+        stored
+            .iter()
+            .all(|(codec, _)| *codec == shards::log::CompressionType::Zstd),
+        "{stored:?}"
+    );
+    assert_eq!(stored.iter().map(|(_, n)| n).sum::<i32>(), 300);
+    let java = kafka_tool(
+        "org.apache.kafka.tools.consumer.ConsoleConsumer",
+        &[
+            &bootstrap[..],
+            &[
+                "--topic",
+                "zstd",
+                "--from-beginning",
+                "--max-messages",
+                "300",
+                "--timeout-ms",
+                "20000",
+            ],
+        ]
+        .concat(),
+        None,
+    );
+    assert_eq!(java, lines);
+    // The system's librdkafka (with zstd), not the one cargo built for the
+    // rdkafka crate (without codecs), which cargo puts on LD_LIBRARY_PATH.
+    let kcat = Command::new("timeout")
+        .env_remove("LD_LIBRARY_PATH")
+        .args([
+            "60",
+            "kcat",
+            "-C",
+            "-b",
+            &address,
+            "-t",
+            "zstd",
+            "-o",
+            "beginning",
+            "-e",
+            "-q",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        kcat.status.success(),
+        "{}",
+        String::from_utf8_lossy(&kcat.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&kcat.stdout), lines);
+}

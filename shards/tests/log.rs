@@ -245,6 +245,54 @@ fn retention_deletes_whole_closed_segments_only() {
 }
 
 #[test]
+fn a_topic_codec_recompresses_batches_produced_with_another() {
+    use shards::log::record_batch::{BatchIter, RecordBatchBuilder, RecordIter};
+    use shards::log::{compress, decompress, CompressionType};
+    let dir = tempfile::tempdir().unwrap();
+    run(async {
+        let mut config = small_segments();
+        config.set("compression.type", "zstd").unwrap();
+        config.set("compression.zstd.level", "19").unwrap();
+        let log = open_log(dir.path(), config, 0, false).await;
+        // A gzip batch, as a producer with compression.type=gzip sends it.
+        let plain = batch(0, 20, 100, 1_000);
+        let mut builder = RecordBatchBuilder::new(0, 1_000);
+        for i in 0..20 {
+            builder.append(
+                1_000,
+                Some(format!("key-{i}").as_bytes()),
+                Some(&[(i % 251) as u8; 100]),
+            );
+        }
+        builder.attributes = CompressionType::Gzip.id();
+        let gzip = builder.build_with_section(
+            &compress(CompressionType::Gzip, builder.records_section()).unwrap(),
+        );
+        let info = log.append_as_leader(gzip, 0, 2_000).await.unwrap();
+        assert_eq!((info.first_offset, info.last_offset), (0, 19));
+        // An uncompressed one is compressed too.
+        log.append_as_leader(plain.clone(), 0, 2_000).await.unwrap();
+        log.set_high_watermark(log.log_end_offset());
+        let stored = log.read(0, 1 << 20, 40, true).await.unwrap();
+        let bytes = stored.records.unwrap().read().await.unwrap();
+        let mut batches = 0;
+        for entry in BatchIter::new(&bytes) {
+            let (header, raw) = entry.unwrap();
+            shards::log::record_batch::validate_batch(raw).unwrap();
+            assert_eq!(header.compression().unwrap(), CompressionType::Zstd);
+            let section = decompress(CompressionType::Zstd, &raw[61..]).unwrap();
+            let records: Vec<_> = RecordIter::new(&section)
+                .map(|r| r.unwrap().key.unwrap().to_vec())
+                .collect();
+            assert_eq!(records.len(), 20);
+            assert_eq!(records[3], b"key-3");
+            batches += 1;
+        }
+        assert_eq!(batches, 2);
+    });
+}
+
+#[test]
 fn time_retention_without_a_size_limit_stops_at_the_first_segment_kept() {
     let dir = tempfile::tempdir().unwrap();
     run(async {

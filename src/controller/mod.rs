@@ -8,10 +8,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde_json::{json, Value};
-use shards::log::LogConfig;
+use shards::log::{LogConfig, TOPIC_CONFIG_NAMES};
 use tracing::info;
 use uuid::Uuid;
 
+use crate::config::definitions::{kafka_config_defs, list_items, ConfigType};
 use crate::metadata::image::{
     kafka_uuid_string, parse_kafka_uuid, Broker, EndPoint, MetadataImage, PartitionImage,
     TopicImage,
@@ -61,11 +62,15 @@ pub struct NewTopic {
     pub configs: Vec<(String, Option<String>)>,
 }
 
-/// How a config alteration applies.
+/// How a config alteration applies (IncrementalAlterConfigs' operations).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConfigOp {
     Set,
     Delete,
+    /// Adds items missing from a LIST config.
+    Append,
+    /// Removes items from a LIST config.
+    Subtract,
 }
 
 const MAX_TOPIC_NAME_LENGTH: usize = 249;
@@ -315,9 +320,7 @@ impl KafkaController {
         let mut log_config = self.defaults.log_config.clone();
         for (key, value) in &topic.configs {
             let Some(value) = value else { continue };
-            log_config
-                .set(key, value)
-                .map_err(|error| ApiError::new(error_code::INVALID_CONFIG, error.to_string()))?;
+            apply_topic_config(&mut log_config, key, value)?;
             overrides.insert(key.clone(), value.clone());
         }
         let replication_factor = assignments[0].len() as i16;
@@ -537,13 +540,15 @@ impl KafkaController {
                 (ConfigOp::Set, None) | (ConfigOp::Delete, _) => {
                     overrides.remove(key);
                 }
+                (ConfigOp::Append | ConfigOp::Subtract, value) => {
+                    let list = alter_list_config(&overrides, key, *op, value.as_deref())?;
+                    overrides.insert(key.clone(), list);
+                }
             }
         }
         let mut log_config = self.defaults.log_config.clone();
         for (key, value) in &overrides {
-            log_config
-                .set(key, value)
-                .map_err(|error| ApiError::new(error_code::INVALID_CONFIG, error.to_string()))?;
+            apply_topic_config(&mut log_config, key, value)?;
         }
         if validate_only {
             return Ok(());
@@ -680,6 +685,67 @@ impl KafkaController {
         }
         image
     }
+}
+
+/// APPEND or SUBTRACT on a LIST topic config: the items of its override (or of
+/// Kafka's default) with `value`'s items added or removed, as Kafka does.
+fn alter_list_config(
+    overrides: &BTreeMap<String, String>,
+    key: &str,
+    op: ConfigOp,
+    value: Option<&str>,
+) -> Result<String, ApiError> {
+    let verb = if op == ConfigOp::Append {
+        "append"
+    } else {
+        "subtract"
+    };
+    let definition = kafka_config_defs()
+        .topic
+        .get(key)
+        .filter(|definition| definition.config_type == ConfigType::List)
+        .ok_or_else(|| {
+            ApiError::new(
+                error_code::INVALID_CONFIG,
+                format!("Config value {verb} is not allowed for config key: {key}"),
+            )
+        })?;
+    let current = overrides
+        .get(key)
+        .cloned()
+        .or_else(|| definition.default.clone())
+        .unwrap_or_default();
+    let mut items: Vec<&str> = list_items(&current).collect();
+    for item in list_items(value.unwrap_or("")) {
+        if op == ConfigOp::Append && !items.contains(&item) {
+            items.push(item);
+        } else if op == ConfigOp::Subtract {
+            items.retain(|existing| *existing != item);
+        }
+    }
+    Ok(items.join(","))
+}
+
+/// Checks one topic config as Kafka does (a key Kafka defines, a value its type
+/// and validator accept, with Kafka's messages) and applies it to `log_config`
+/// where this broker acts on the key; the others are kept and described only.
+fn apply_topic_config(log_config: &mut LogConfig, key: &str, value: &str) -> Result<(), ApiError> {
+    let invalid = |why: String| ApiError::new(error_code::INVALID_CONFIG, why);
+    let definition = kafka_config_defs()
+        .topic
+        .get(key)
+        .ok_or_else(|| invalid(format!("Unknown topic config name: {key}")))?;
+    definition.validate(value).map_err(|why| {
+        invalid(format!(
+            "Invalid value {value} for configuration {key}: {why}"
+        ))
+    })?;
+    if TOPIC_CONFIG_NAMES.contains(&key) {
+        log_config
+            .set(key, value)
+            .map_err(|error| invalid(error.to_string()))?;
+    }
+    Ok(())
 }
 
 /// `/brokers/ids/<id>`, Kafka 3.9's version 5: every endpoint, and `host`/`port`

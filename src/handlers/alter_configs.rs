@@ -84,7 +84,7 @@ pub async fn handle(
     AlterConfigsResponse::default().with_responses(responses)
 }
 
-/// IncrementalAlterConfigs: SET (0) and DELETE (1) per key.
+/// IncrementalAlterConfigs: SET (0), DELETE (1), APPEND (2) and SUBTRACT (3) per key.
 pub async fn handle_incremental(
     ctx: &RequestContext,
     request: IncrementalAlterConfigsRequest,
@@ -101,12 +101,12 @@ pub async fn handle_incremental(
                     let op = match c.config_operation {
                         0 => ConfigOp::Set,
                         1 => ConfigOp::Delete,
+                        2 => ConfigOp::Append,
+                        3 => ConfigOp::Subtract,
                         other => {
                             return Err(ApiError::new(
                                 error_code::INVALID_REQUEST,
-                                format!(
-                                    "config operation {other} (APPEND/SUBTRACT) is not supported"
-                                ),
+                                format!("Unknown alter configs operation type {other}"),
                             ))
                         }
                     };

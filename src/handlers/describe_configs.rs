@@ -1,19 +1,46 @@
-//! DescribeConfigs (key 32): a topic's effective configs, marking which are
-//! the topic's own overrides.
+//! DescribeConfigs (key 32): every key Kafka defines for a topic or for this
+//! broker, with its value, source, synonyms, type and documentation as Kafka's
+//! ConfigHelper answers (src/config/describe.rs).
 
 use kafka_protocol::messages::describe_configs_response::{
-    DescribeConfigsResourceResult, DescribeConfigsResult,
+    DescribeConfigsResourceResult, DescribeConfigsResult, DescribeConfigsSynonym,
 };
 use kafka_protocol::messages::{DescribeConfigsRequest, DescribeConfigsResponse};
 use kafka_protocol::protocol::StrBytes;
-use shards::log::TOPIC_CONFIG_NAMES;
 
 use super::{RequestContext, RESOURCE_TYPE_BROKER, RESOURCE_TYPE_TOPIC};
+use crate::config::describe::{broker_entries, topic_entries, ConfigEntry};
 use crate::protocol::error_code;
 
-/// Kafka's ConfigSource values.
-const DYNAMIC_TOPIC_CONFIG: i8 = 1;
-const DEFAULT_CONFIG: i8 = 5;
+fn encode(
+    entry: ConfigEntry,
+    synonyms: bool,
+    documentation: bool,
+) -> DescribeConfigsResourceResult {
+    let synonyms = if synonyms {
+        entry
+            .synonyms
+            .into_iter()
+            .map(|s| {
+                DescribeConfigsSynonym::default()
+                    .with_name(StrBytes::from_string(s.name))
+                    .with_value(s.value.map(StrBytes::from_string))
+                    .with_source(s.source as i8)
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    DescribeConfigsResourceResult::default()
+        .with_name(StrBytes::from_string(entry.name))
+        .with_value(entry.value.map(StrBytes::from_string))
+        .with_read_only(entry.read_only)
+        .with_config_source(entry.source as i8)
+        .with_is_sensitive(entry.is_sensitive)
+        .with_synonyms(synonyms)
+        .with_config_type(entry.config_type.response_id())
+        .with_documentation(documentation.then(|| StrBytes::from_string(entry.documentation)))
+}
 
 pub async fn handle(
     ctx: &RequestContext,
@@ -21,6 +48,8 @@ pub async fn handle(
     _version: i16,
 ) -> DescribeConfigsResponse {
     let image = ctx.broker.image();
+    let properties = &ctx.broker.config.properties;
+    let (synonyms, documentation) = (request.include_synonyms, request.include_documentation);
     let results = request
         .resources
         .into_iter()
@@ -34,44 +63,53 @@ pub async fn handle(
                     .as_ref()
                     .is_none_or(|keys| keys.iter().any(|k| k.as_str() == name))
             };
-            match resource.resource_type {
-                RESOURCE_TYPE_TOPIC => match image.topic(resource.resource_name.as_str()) {
-                    Some(topic) => {
-                        let configs = TOPIC_CONFIG_NAMES
-                            .iter()
-                            .filter(|name| wanted(name))
-                            .map(|name| {
-                                let source = if topic.config_overrides.contains_key(*name) {
-                                    DYNAMIC_TOPIC_CONFIG
-                                } else {
-                                    DEFAULT_CONFIG
-                                };
-                                DescribeConfigsResourceResult::default()
-                                    .with_name(StrBytes::from_static_str(name))
-                                    .with_value(
-                                        topic.log_config.value_of(name).map(StrBytes::from_string),
-                                    )
-                                    .with_config_source(source)
-                            })
-                            .collect();
-                        result
-                            .with_error_code(error_code::NONE)
-                            .with_configs(configs)
-                    }
-                    None => result
-                        .with_error_code(error_code::UNKNOWN_TOPIC_OR_PARTITION)
-                        .with_error_message(Some(StrBytes::from_string(format!(
-                            "topic '{}' does not exist",
-                            resource.resource_name.as_str()
-                        )))),
+            let name = resource.resource_name.as_str();
+            let entries = match resource.resource_type {
+                RESOURCE_TYPE_TOPIC => match image.topic(name) {
+                    Some(topic) => Ok(topic_entries(
+                        &topic.config_overrides,
+                        &topic.log_config,
+                        properties,
+                        wanted,
+                    )),
+                    None => Err((
+                        error_code::UNKNOWN_TOPIC_OR_PARTITION,
+                        format!("topic '{name}' does not exist"),
+                    )),
                 },
-                // Broker configs are static (server.properties); none are dynamic.
-                RESOURCE_TYPE_BROKER => result.with_error_code(error_code::NONE),
-                other => result
-                    .with_error_code(error_code::INVALID_REQUEST)
-                    .with_error_message(Some(StrBytes::from_string(format!(
-                        "unsupported resource type {other}"
-                    )))),
+                // An empty name asks for the cluster's dynamic defaults: none here.
+                RESOURCE_TYPE_BROKER if name.is_empty() => Ok(Vec::new()),
+                RESOURCE_TYPE_BROKER => match name.parse::<i32>() {
+                    Ok(id) if id == ctx.broker.config.broker_id => {
+                        Ok(broker_entries(properties, wanted))
+                    }
+                    Ok(id) => Err((
+                        error_code::INVALID_REQUEST,
+                        format!(
+                            "Unexpected broker id, expected {} or empty string, but received {id}",
+                            ctx.broker.config.broker_id
+                        ),
+                    )),
+                    Err(_) => Err((
+                        error_code::INVALID_REQUEST,
+                        format!("Broker id must be an integer, but it is: {name}"),
+                    )),
+                },
+                other => Err((
+                    error_code::INVALID_REQUEST,
+                    format!("Unsupported resource type: {other}"),
+                )),
+            };
+            match entries {
+                Ok(entries) => result.with_error_code(error_code::NONE).with_configs(
+                    entries
+                        .into_iter()
+                        .map(|entry| encode(entry, synonyms, documentation))
+                        .collect(),
+                ),
+                Err((code, message)) => result
+                    .with_error_code(code)
+                    .with_error_message(Some(StrBytes::from_string(message))),
             }
         })
         .collect();

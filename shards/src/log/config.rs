@@ -2,10 +2,20 @@
 
 use std::fmt;
 
+use super::record_batch::CompressionType;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TimestampPolicy {
     CreateTime,
     LogAppendTime,
+}
+
+/// A topic's `compression.type`: keep the producer's codec, or store every
+/// batch with this one (recompressing on append, as Kafka does).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TopicCompression {
+    Producer,
+    Codec(CompressionType),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -32,6 +42,15 @@ pub struct LogConfig {
     pub message_timestamp_type: TimestampPolicy,
     pub message_timestamp_before_max_ms: i64,
     pub message_timestamp_after_max_ms: i64,
+    pub compression: TopicCompression,
+    /// `compression.gzip.level`: 1-9, or -1 for the codec's default.
+    pub compression_gzip_level: i32,
+    pub compression_lz4_level: i32,
+    pub compression_zstd_level: i32,
+    /// Stored now; the replication layer enforces it.
+    pub min_insync_replicas: i32,
+    /// Stored now; the controller's elections read it.
+    pub unclean_leader_election_enable: bool,
 }
 
 impl Default for LogConfig {
@@ -57,6 +76,12 @@ impl Default for LogConfig {
             message_timestamp_before_max_ms: i64::MAX,
             // Kafka 4.0 (KIP-1030) bounds future timestamps to an hour by default.
             message_timestamp_after_max_ms: 60 * 60 * 1000,
+            compression: TopicCompression::Producer,
+            compression_gzip_level: -1,
+            compression_lz4_level: 9,
+            compression_zstd_level: 3,
+            min_insync_replicas: 1,
+            unclean_leader_election_enable: false,
         }
     }
 }
@@ -93,6 +118,12 @@ pub const TOPIC_CONFIG_NAMES: &[&str] = &[
     "message.timestamp.type",
     "message.timestamp.before.max.ms",
     "message.timestamp.after.max.ms",
+    "compression.type",
+    "compression.gzip.level",
+    "compression.lz4.level",
+    "compression.zstd.level",
+    "min.insync.replicas",
+    "unclean.leader.election.enable",
 ];
 
 fn parse_number<T: std::str::FromStr + PartialOrd + fmt::Display>(
@@ -111,6 +142,27 @@ fn parse_number<T: std::str::FromStr + PartialOrd + fmt::Display>(
         });
     }
     Ok(parsed)
+}
+
+fn check_range(name: &str, value: i32, min: i32, max: i32) -> Result<(), ConfigError> {
+    if value < min || value > max {
+        return Err(ConfigError {
+            name: name.into(),
+            reason: format!("{value} is not in [{min},...,{max}]"),
+        });
+    }
+    Ok(())
+}
+
+fn parse_bool(name: &str, value: &str) -> Result<bool, ConfigError> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(ConfigError {
+            name: name.into(),
+            reason: format!("{value:?} is not true or false"),
+        }),
+    }
 }
 
 impl LogConfig {
@@ -183,6 +235,49 @@ impl LogConfig {
             "message.timestamp.after.max.ms" => {
                 self.message_timestamp_after_max_ms = parse_number(name, value, 0)?
             }
+            "compression.type" => {
+                self.compression = match value.trim() {
+                    "producer" => TopicCompression::Producer,
+                    "uncompressed" => TopicCompression::Codec(CompressionType::None),
+                    "gzip" => TopicCompression::Codec(CompressionType::Gzip),
+                    "snappy" => TopicCompression::Codec(CompressionType::Snappy),
+                    "lz4" => TopicCompression::Codec(CompressionType::Lz4),
+                    "zstd" => TopicCompression::Codec(CompressionType::Zstd),
+                    other => {
+                        return Err(ConfigError {
+                            name: name.into(),
+                            reason: format!(
+                        "{other:?} is not one of [uncompressed, zstd, lz4, snappy, gzip, producer]"
+                    ),
+                        })
+                    }
+                }
+            }
+            "compression.gzip.level" => {
+                let level: i32 = parse_number(name, value, -1)?;
+                check_range(name, level, -1, 9)?;
+                if level == 0 {
+                    return Err(ConfigError {
+                        name: name.into(),
+                        reason: "0 is not in [1,...,9] or -1".into(),
+                    });
+                }
+                self.compression_gzip_level = level;
+            }
+            "compression.lz4.level" => {
+                let level = parse_number(name, value, 1)?;
+                check_range(name, level, 1, 17)?;
+                self.compression_lz4_level = level;
+            }
+            "compression.zstd.level" => {
+                let level = parse_number(name, value, -131_072)?;
+                check_range(name, level, -131_072, 22)?;
+                self.compression_zstd_level = level;
+            }
+            "min.insync.replicas" => self.min_insync_replicas = parse_number(name, value, 1)?,
+            "unclean.leader.election.enable" => {
+                self.unclean_leader_election_enable = parse_bool(name, value)?
+            }
             _ => {
                 return Err(ConfigError {
                     name: name.into(),
@@ -222,6 +317,20 @@ impl LogConfig {
             .to_owned(),
             "message.timestamp.before.max.ms" => self.message_timestamp_before_max_ms.to_string(),
             "message.timestamp.after.max.ms" => self.message_timestamp_after_max_ms.to_string(),
+            "compression.type" => match self.compression {
+                TopicCompression::Producer => "producer",
+                TopicCompression::Codec(CompressionType::None) => "uncompressed",
+                TopicCompression::Codec(CompressionType::Gzip) => "gzip",
+                TopicCompression::Codec(CompressionType::Snappy) => "snappy",
+                TopicCompression::Codec(CompressionType::Lz4) => "lz4",
+                TopicCompression::Codec(CompressionType::Zstd) => "zstd",
+            }
+            .to_owned(),
+            "compression.gzip.level" => self.compression_gzip_level.to_string(),
+            "compression.lz4.level" => self.compression_lz4_level.to_string(),
+            "compression.zstd.level" => self.compression_zstd_level.to_string(),
+            "min.insync.replicas" => self.min_insync_replicas.to_string(),
+            "unclean.leader.election.enable" => self.unclean_leader_election_enable.to_string(),
             _ => return None,
         })
     }

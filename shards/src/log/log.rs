@@ -12,7 +12,7 @@ use glommio::sync::{Permit, Semaphore};
 use tracing::{info, warn};
 
 use super::checkpoint::run_blocking;
-use super::compression::decompress;
+use super::compression::{decompress, recompress};
 use super::leader_epoch::LeaderEpochFileCache;
 use super::log_dirs::LogDirHealth;
 use super::producer_state::{ProducerStateManager, SequenceCheck};
@@ -24,7 +24,7 @@ use super::segment::{
     segment_file_path, AppendedBatch, FileSlice, LogSegment, CLEANED_FILE_SUFFIX,
     INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX,
 };
-use super::{LogConfig, LogError, TimestampPolicy};
+use super::{LogConfig, LogError, TimestampPolicy, TopicCompression};
 
 /// Takes a one-permit lock. The semaphores are never closed.
 async fn permit(lock: &Semaphore) -> Permit<'_> {
@@ -432,6 +432,14 @@ impl Log {
         let records = records.as_ref();
         let produced = validate_for_append(records, &config, now_ms)?;
         assert_eq!(records.len(), produced.size_bytes(), "one whole batch");
+        // A topic whose compression.type names a codec stores every batch in it.
+        let recompressed = match config.compression {
+            TopicCompression::Codec(target) if produced.compression()? != target => {
+                Some(recompress(records, &produced, target, &config)?)
+            }
+            _ => None,
+        };
+        let records = recompressed.as_deref().unwrap_or(records);
         let _permit = permit(&self.append_lock).await;
         self.check_not_deleted()?;
         if let SequenceCheck::Duplicate { first_offset } =

@@ -18,8 +18,10 @@ mod segment;
 
 pub use checkpoint::{read_checkpoint_file, write_checkpoint_file};
 pub use cleaner::CleanerStats;
-pub use compression::decompress;
-pub use config::{CleanupPolicy, ConfigError, LogConfig, TimestampPolicy, TOPIC_CONFIG_NAMES};
+pub use compression::{compress, decompress};
+pub use config::{
+    CleanupPolicy, ConfigError, LogConfig, TimestampPolicy, TopicCompression, TOPIC_CONFIG_NAMES,
+};
 pub use error::LogError;
 pub use file::{page_cache_stat, FileRecords, PageCacheStat, SegmentFile};
 pub use index::{OffsetPosition, TimestampOffset};

@@ -28,7 +28,7 @@ pub const LOG_OVERHEAD: usize = 12;
 pub const HEADER_SIZE_UP_TO_MAGIC: usize = MAGIC_OFFSET + 1;
 pub const CURRENT_MAGIC: i8 = 2;
 
-const COMPRESSION_CODEC_MASK: i16 = 0x07;
+pub const COMPRESSION_CODEC_MASK: i16 = 0x07;
 const TIMESTAMP_TYPE_MASK: i16 = 0x08;
 const TRANSACTIONAL_FLAG_MASK: i16 = 0x10;
 const CONTROL_FLAG_MASK: i16 = 0x20;
@@ -540,6 +540,11 @@ impl RecordBatchBuilder {
 
     pub fn records_count(&self) -> i32 {
         self.records_count
+    }
+
+    /// For a section built elsewhere (a batch recompressed whole).
+    pub fn set_records_count(&mut self, records_count: i32) {
+        self.records_count = records_count;
     }
 
     /// The uncompressed records section built so far.

@@ -1,13 +1,18 @@
 //! `server.properties`: Kafka's key names and defaults, plus ringbroker's own.
 
+pub mod definitions;
+pub mod describe;
+
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 
-use shards::log::{LogConfig, LogManagerConfig};
+use shards::log::{LogConfig, LogManagerConfig, TOPIC_CONFIG_NAMES};
+
+use self::definitions::kafka_config_defs;
 
 use crate::coordinator::group::GroupConfig;
-use tracing::warn;
+use tracing::{info, warn};
 
 /// Keys this broker understands beyond the topic defaults (`log.*`).
 const BROKER_KEYS: &[&str] = &[
@@ -49,35 +54,6 @@ const BROKER_KEYS: &[&str] = &[
     "ringbroker.cores",
 ];
 
-/// Broker keys that set a topic config's default, as Kafka maps them.
-const LOG_DEFAULT_KEYS: &[(&str, &str)] = &[
-    ("log.segment.bytes", "segment.bytes"),
-    ("log.roll.ms", "segment.ms"),
-    ("log.index.size.max.bytes", "segment.index.bytes"),
-    ("log.index.interval.bytes", "index.interval.bytes"),
-    ("log.flush.interval.messages", "flush.messages"),
-    ("log.flush.interval.ms", "flush.ms"),
-    ("log.retention.ms", "retention.ms"),
-    ("log.retention.bytes", "retention.bytes"),
-    ("log.cleanup.policy", "cleanup.policy"),
-    ("log.cleaner.delete.retention.ms", "delete.retention.ms"),
-    ("log.cleaner.min.compaction.lag.ms", "min.compaction.lag.ms"),
-    (
-        "log.cleaner.min.cleanable.ratio",
-        "min.cleanable.dirty.ratio",
-    ),
-    ("message.max.bytes", "max.message.bytes"),
-    ("log.message.timestamp.type", "message.timestamp.type"),
-    (
-        "log.message.timestamp.before.max.ms",
-        "message.timestamp.before.max.ms",
-    ),
-    (
-        "log.message.timestamp.after.max.ms",
-        "message.timestamp.after.max.ms",
-    ),
-];
-
 /// KRaft keys a ZooKeeper-mode broker has no use for: said once, then ignored.
 const KRAFT_KEYS: &[&str] = &[
     "process.roles",
@@ -87,7 +63,7 @@ const KRAFT_KEYS: &[&str] = &[
 ];
 
 /// `config/server.properties`, the configuration of a start without CONFIG.
-pub const DEFAULT_PROPERTIES: &str = include_str!("../config/server.properties");
+pub const DEFAULT_PROPERTIES: &str = include_str!("../../config/server.properties");
 
 /// Kafka's `listener.security.protocol.map` default: each protocol's own name.
 const DEFAULT_SECURITY_PROTOCOL_MAP: &str =
@@ -109,6 +85,8 @@ pub struct ListenerConfig {
 
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {
+    /// Every key as given (server.properties and overrides), for DescribeConfigs.
+    pub properties: BTreeMap<String, String>,
     pub broker_id: i32,
     /// Every listener of `listeners`, in its order.
     pub listeners: Vec<ListenerConfig>,
@@ -196,30 +174,7 @@ impl BrokerConfig {
                     .into(),
             ));
         }
-        let mut log_defaults = LogConfig::default();
-        // Kafka's retention in hours and minutes, overridden by the finer key.
-        for (key, factor) in [
-            ("log.retention.hours", 3_600_000i64),
-            ("log.retention.minutes", 60_000),
-        ] {
-            if let Some(value) = get(key) {
-                let amount: i64 = parse(key, value)?;
-                log_defaults.retention_ms = if amount < 0 { -1 } else { amount * factor };
-            }
-        }
-        if let Some(value) = get("log.roll.hours") {
-            log_defaults.segment_ms = parse::<i64>("log.roll.hours", value)? * 3_600_000;
-        }
-        for (broker_key, topic_key) in LOG_DEFAULT_KEYS {
-            if let Some(value) = get(broker_key) {
-                log_defaults.set(topic_key, value).map_err(|error| {
-                    ConfigError(format!(
-                        "invalid value {value:?} for {broker_key}: {}",
-                        error.reason
-                    ))
-                })?;
-            }
-        }
+        let log_defaults = log_defaults(properties)?;
         let ignored: Vec<&str> = KRAFT_KEYS
             .iter()
             .copied()
@@ -232,19 +187,29 @@ impl BrokerConfig {
                  (embedded metadata without zookeeper.connect)"
             );
         }
+        let defs = kafka_config_defs();
+        let mut not_acted_on = Vec::new();
         for key in properties.keys() {
-            let known = BROKER_KEYS.contains(&key.as_str())
-                || KRAFT_KEYS.contains(&key.as_str())
-                || LOG_DEFAULT_KEYS.iter().any(|(k, _)| k == key)
-                || [
-                    "log.retention.hours",
-                    "log.retention.minutes",
-                    "log.roll.hours",
-                ]
-                .contains(&key.as_str());
-            if !known {
+            let key = key.as_str();
+            let honoured = BROKER_KEYS.contains(&key)
+                || KRAFT_KEYS.contains(&key)
+                || TOPIC_CONFIG_NAMES
+                    .iter()
+                    .any(|topic_key| defs.topic_synonyms(topic_key).contains(&key));
+            if honoured {
+                continue;
+            }
+            if defs.broker.contains_key(key) {
+                not_acted_on.push(key);
+            } else {
                 warn!(key, "unknown configuration key, ignored");
             }
+        }
+        if !not_acted_on.is_empty() {
+            info!(
+                keys = not_acted_on.join(", "),
+                "Kafka configuration this broker does not act on (described, otherwise ignored)"
+            );
         }
         let log_dirs: Vec<PathBuf> = get("log.dirs")
             .or(get("log.dir"))
@@ -351,6 +316,7 @@ impl BrokerConfig {
             ));
         }
         Ok(Self {
+            properties: properties.clone(),
             broker_id: broker_id(&get)?,
             listeners,
             inter_broker_listener_name,
@@ -384,6 +350,44 @@ impl BrokerConfig {
             log_manager,
         })
     }
+}
+
+/// The topic configs' defaults from their broker synonyms, as Kafka takes them:
+/// the most specific synonym given wins (`log.retention.ms` over
+/// `log.retention.minutes` over `log.retention.hours`), hours and minutes
+/// converted to milliseconds.
+fn log_defaults(properties: &BTreeMap<String, String>) -> Result<LogConfig, ConfigError> {
+    let defs = kafka_config_defs();
+    let mut log_defaults = LogConfig::default();
+    for topic_key in TOPIC_CONFIG_NAMES {
+        let given = defs
+            .topic_synonyms(topic_key)
+            .iter()
+            .find_map(|synonym| Some((*synonym, properties.get(*synonym)?)));
+        let Some((broker_key, value)) = given else {
+            continue;
+        };
+        let factor_ms = if broker_key.ends_with(".hours") {
+            3_600_000
+        } else if broker_key.ends_with(".minutes") {
+            60_000
+        } else {
+            1
+        };
+        let value = if factor_ms == 1 {
+            value.clone()
+        } else {
+            let amount: i64 = parse(broker_key, value)?;
+            if amount < 0 { -1 } else { amount * factor_ms }.to_string()
+        };
+        log_defaults.set(topic_key, &value).map_err(|error| {
+            ConfigError(format!(
+                "invalid value {value:?} for {broker_key}: {}",
+                error.reason
+            ))
+        })?;
+    }
+    Ok(log_defaults)
 }
 
 /// `broker.id`, or KRaft's `node.id` (the two must agree when both are set).
