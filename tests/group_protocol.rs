@@ -563,7 +563,9 @@ fn offsets_topic_bytes(broker: &Broker) -> u64 {
         })
         .flat_map(|d| std::fs::read_dir(d.path()).unwrap().flatten())
         .filter(|f| f.path().extension().is_some_and(|e| e == "log"))
-        .map(|f| f.metadata().unwrap().len())
+        // The cleaner may swap a segment out between the listing and the stat.
+        .filter_map(|f| f.metadata().ok())
+        .map(|metadata| metadata.len())
         .sum()
 }
 
