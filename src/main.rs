@@ -7,6 +7,7 @@ mod controller;
 mod coordinator;
 mod handlers;
 mod metadata;
+mod metrics;
 mod network;
 mod protocol;
 mod server;

@@ -6,6 +6,7 @@
 
 mod common;
 
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::{Command, Output};
@@ -184,11 +185,14 @@ fn every_listener_is_bound_and_answers_with_its_own_address() {
 #[test]
 fn a_start_without_config_uses_the_built_in_defaults_from_any_directory() {
     let cwd = tempfile::tempdir().unwrap();
-    let port = free_port();
+    let (port, metrics_port) = (free_port(), free_port());
+    // The built-in config serves metrics on 9404: moved to a free port here.
     let mut child = Command::new(env!("CARGO_BIN_EXE_ringbroker"))
         .current_dir(cwd.path())
         .args(["start", "--override"])
         .arg(format!("listeners=PLAINTEXT://127.0.0.1:{port}"))
+        .arg("--override")
+        .arg(format!("ringbroker.metrics.port={metrics_port}"))
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -199,6 +203,11 @@ fn a_start_without_config_uses_the_built_in_defaults_from_any_directory() {
         assert!(child.try_wait().unwrap().is_none(), "the broker exited");
         std::thread::sleep(Duration::from_millis(20));
     }
+    let mut health = TcpStream::connect(("127.0.0.1", metrics_port)).unwrap();
+    health.write_all(b"GET /health HTTP/1.1\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    health.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
     let mut client = Client::connect(&format!("127.0.0.1:{port}"));
     client.create_topic("defaults", 1);
     assert_eq!(

@@ -52,6 +52,7 @@ const BROKER_KEYS: &[&str] = &[
     "group.initial.rebalance.delay.ms",
     "group.max.size",
     "ringbroker.cores",
+    "ringbroker.metrics.port",
 ];
 
 /// KRaft keys a ZooKeeper-mode broker has no use for: said once, then ignored.
@@ -94,6 +95,9 @@ pub struct BrokerConfig {
     pub inter_broker_listener_name: String,
     /// `socket.listen.backlog.size`
     pub socket_listen_backlog_size: u32,
+    /// `ringbroker.metrics.port`: where `/metrics` and `/health` are served, on
+    /// the first listener's address; None (absent or 0) when off.
+    pub metrics_address: Option<SocketAddr>,
     pub num_partitions: i32,
     pub default_replication_factor: i16,
     pub min_insync_replicas: i32,
@@ -308,6 +312,10 @@ impl BrokerConfig {
             ));
         }
         let (listeners, inter_broker_listener_name) = parse_listeners(&get)?;
+        let metrics_port: u16 = get("ringbroker.metrics.port")
+            .map_or(Ok(0), |v| parse("ringbroker.metrics.port", v))?;
+        let metrics_address =
+            (metrics_port != 0).then(|| SocketAddr::new(listeners[0].address.ip(), metrics_port));
         let min_insync_replicas =
             get("min.insync.replicas").map_or(Ok(1), |v| parse("min.insync.replicas", v))?;
         if min_insync_replicas < 1 {
@@ -321,6 +329,7 @@ impl BrokerConfig {
             listeners,
             inter_broker_listener_name,
             socket_listen_backlog_size: number("socket.listen.backlog.size", 50)? as u32,
+            metrics_address,
             num_partitions: get("num.partitions").map_or(Ok(1), |v| parse("num.partitions", v))?,
             default_replication_factor: get("default.replication.factor")
                 .map_or(Ok(1), |v| parse("default.replication.factor", v))?,

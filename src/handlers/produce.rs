@@ -2,12 +2,23 @@
 //! Stored as produced; acks=0 gets no response, as in Kafka.
 
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
-use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
+use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse};
 use kafka_protocol::protocol::StrBytes;
+
+use shards::log::record_batch::{RECORDS_COUNT_OFFSET, RECORD_BATCH_OVERHEAD};
 
 use super::RequestContext;
 use crate::protocol::error_code;
 use crate::server::broker::AppendResult;
+
+/// The records count of a v2 batch (its header's last field), 0 for less.
+fn batch_records_count(batch: &[u8]) -> u64 {
+    batch
+        .get(RECORDS_COUNT_OFFSET..RECORD_BATCH_OVERHEAD)
+        .map_or(0, |count| {
+            i32::from_be_bytes(count.try_into().unwrap()).max(0) as u64
+        })
+}
 
 pub async fn handle(
     ctx: &RequestContext,
@@ -37,9 +48,15 @@ pub async fn handle(
                     Some(AppendResult::error(error_code::UNKNOWN_TOPIC_ID, None))
                 }
                 (true, Some(records)) => {
-                    Some(ctx.broker.append(&name, data.index, records, acks).await)
+                    let (bytes, messages) = (records.len() as u64, batch_records_count(&records));
+                    let result = ctx.broker.append(&name, data.index, records, acks).await;
+                    if result.error_code == error_code::NONE {
+                        ctx.broker.metrics.record_produce(&name, messages, bytes);
+                    }
+                    Some(result)
                 }
             };
+
             let mut partition = PartitionProduceResponse::default().with_index(data.index);
             partition = match result {
                 None => partition
@@ -64,6 +81,9 @@ pub async fn handle(
                     partition
                 }
             };
+            ctx.broker
+                .metrics
+                .record_error(ApiKey::Produce as i16, partition.error_code);
             partitions.push(partition);
         }
         let response = TopicProduceResponse::default().with_partition_responses(partitions);

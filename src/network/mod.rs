@@ -19,9 +19,11 @@ use tracing::{debug, info, warn};
 
 use crate::config::ListenerConfig;
 use crate::handlers::{handle_request, ConnectionInfo, Outcome};
-use crate::protocol::FramePart;
+use crate::protocol::{error_code, FrameError, FramePart};
 use crate::server::broker::ShardBroker;
 
+/// Scrapers waiting to be accepted by the metrics endpoint.
+const METRICS_BACKLOG: i32 = 16;
 /// How long a start waits for a port held by a process that just died.
 const PORT_RELEASE_WAIT: Duration = Duration::from_secs(3);
 const PORT_RETRY_INTERVAL: Duration = Duration::from_millis(50);
@@ -105,17 +107,17 @@ impl BoundListener {
     }
 }
 
-/// Binds `address` without SO_REUSEPORT and lets it go: Err while another
-/// socket listens there; the address with its port resolved otherwise. A
-/// process killed with its sockets in io_uring requests keeps listening for a
-/// moment after it is gone (the ring's files are released asynchronously), so
-/// "in use" is retried for `PORT_RELEASE_WAIT` before it is believed.
-fn exclusive_port(address: SocketAddr) -> io::Result<SocketAddr> {
+/// A socket bound to `address` without SO_REUSEPORT: Err while another socket
+/// listens there. A process killed with its sockets in io_uring requests keeps
+/// listening for a moment after it is gone (the ring's files are released
+/// asynchronously), so "in use" is retried for `PORT_RELEASE_WAIT` before it is
+/// believed.
+fn bind_exclusive(address: SocketAddr) -> io::Result<socket2::Socket> {
     let deadline = std::time::Instant::now() + PORT_RELEASE_WAIT;
-    let probe = loop {
-        let probe = new_socket(address)?;
-        match probe.bind(&address.into()) {
-            Ok(()) => break probe,
+    loop {
+        let socket = new_socket(address)?;
+        match socket.bind(&address.into()) {
+            Ok(()) => return Ok(socket),
             Err(error)
                 if error.kind() == io::ErrorKind::AddrInUse
                     && std::time::Instant::now() < deadline =>
@@ -124,11 +126,26 @@ fn exclusive_port(address: SocketAddr) -> io::Result<SocketAddr> {
             }
             Err(error) => return Err(error),
         }
-    };
-    probe
+    }
+}
+
+/// Binds `address` exclusively and lets it go: the address with its port
+/// resolved, while nobody else listens there.
+fn exclusive_port(address: SocketAddr) -> io::Result<SocketAddr> {
+    bind_exclusive(address)?
         .local_addr()?
         .as_socket()
         .ok_or_else(|| io::Error::other("not an inet address"))
+}
+
+/// The metrics endpoint's socket, bound and listening, for shard 0 alone.
+pub fn bind_metrics(address: SocketAddr) -> Result<OwnedFd, String> {
+    let socket = bind_exclusive(address)
+        .and_then(|socket| socket.listen(METRICS_BACKLOG).map(|()| socket))
+        .map_err(|error| format!("metrics endpoint failed to bind to {address}: {error}."))?;
+    info!(%address, "metrics endpoint listening");
+    // SAFETY: the descriptor was just taken out of its owner.
+    Ok(unsafe { OwnedFd::from_raw_fd(socket.into_raw_fd()) })
 }
 
 fn shard_socket(address: SocketAddr, backlog: u32) -> io::Result<OwnedFd> {
@@ -388,6 +405,10 @@ async fn serve_connection(
         let frame = read_frame(&mut stream, size as usize)
             .await
             .map_err(ConnectionError::Peer)?;
+        let received = std::time::Instant::now();
+        let api_key = frame
+            .get(..2)
+            .map_or(-1, |key| i16::from_be_bytes([key[0], key[1]]));
         let outcome = handle_request(broker, &connection, Bytes::from(frame)).await;
         match outcome {
             Ok(Outcome::Respond(response)) => stream
@@ -398,7 +419,16 @@ async fn serve_connection(
                 .await
                 .map_err(ConnectionError::Peer)?,
             Ok(Outcome::NoResponse) => {}
-            Err(error) => return Err(ConnectionError::Protocol(error.to_string())),
+            Err(error) => {
+                if matches!(error, FrameError::Unsupported { .. }) {
+                    broker
+                        .metrics
+                        .record_error(api_key, error_code::UNSUPPORTED_VERSION);
+                }
+                return Err(ConnectionError::Protocol(error.to_string()));
+            }
         }
+        // Kafka's TotalTimeMs: from the request read to its response sent.
+        broker.metrics.record_request(api_key, received.elapsed());
     }
 }

@@ -21,6 +21,7 @@ use super::fetch_session::FetchSessionCache;
 use crate::config::BrokerConfig;
 use crate::coordinator::group::{partition_for, GroupCoordinator, GROUP_METADATA_TOPIC_NAME};
 use crate::metadata::image::{kafka_uuid_string, MetadataImage};
+use crate::metrics::{LogGauges, MetricsSnapshot, ShardMetrics};
 use crate::protocol::{error_code, Records};
 
 pub struct ShardBroker {
@@ -38,6 +39,7 @@ pub struct ShardBroker {
     /// request in flight: about one entry per connection fetching from here.
     parked_fetches: RefCell<HashMap<ParkedFetchId, Rc<FetchWatch>>>,
     next_parked_fetch: Cell<u64>,
+    pub metrics: ShardMetrics,
 }
 
 /// A parked fetch on every shard it waits on: the shard it arrived on and a
@@ -155,6 +157,56 @@ impl ShardBroker {
             fetch_sessions: RefCell::new(fetch_sessions),
             parked_fetches: RefCell::new(HashMap::new()),
             next_parked_fetch: Cell::new(0),
+            metrics: ShardMetrics::default(),
+        }
+    }
+
+    /// What this shard reports to a metrics scrape.
+    pub fn metrics_snapshot(&self) -> MetricsSnapshot {
+        let (topics, requests, shard) = self.metrics.snapshot(
+            self.shard_id,
+            &glommio::executor().executor_stats(),
+            self.mesh().jobs_in_flight(),
+        );
+        let image = self.image();
+        let logs: Vec<LogGauges> = self
+            .log_manager
+            .logs()
+            .iter()
+            .map(|log| {
+                let tp = log.topic_partition();
+                LogGauges {
+                    topic: tp.topic.clone(),
+                    partition: tp.partition,
+                    size_bytes: log.size_bytes(),
+                    segments: log.segment_count() as u64,
+                    log_start_offset: log.log_start_offset(),
+                    log_end_offset: log.log_end_offset(),
+                }
+            })
+            .collect();
+        let leaders = logs
+            .iter()
+            .filter(|log| {
+                image
+                    .partition(&log.topic, log.partition)
+                    .is_some_and(|p| p.leader == self.config.broker_id)
+            })
+            .count() as u64;
+        let mut groups_by_state = BTreeMap::new();
+        for group in self.groups.list_groups().unwrap_or_default() {
+            *groups_by_state
+                .entry(group.state.name().to_owned())
+                .or_default() += 1;
+        }
+        MetricsSnapshot {
+            topics,
+            requests,
+            logs,
+            leaders,
+            parked_fetches: self.parked_fetches.borrow().len() as u64,
+            groups_by_state,
+            shard,
         }
     }
 

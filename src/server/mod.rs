@@ -4,6 +4,7 @@ pub mod broker;
 pub mod control;
 pub mod fetch_session;
 
+use std::os::fd::{FromRawFd, IntoRawFd};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
@@ -25,7 +26,8 @@ use crate::config::BrokerConfig;
 use crate::controller::{KafkaController, TopicDefaults};
 use crate::metadata::image::{Broker, EndPoint};
 use crate::metadata::store::EmbeddedStore;
-use crate::network::{accept_loop, bind_listeners, BoundListener, InFlight};
+use crate::metrics;
+use crate::network::{accept_loop, bind_listeners, bind_metrics, BoundListener, InFlight};
 
 /// How often a shard looks for the shutdown signal.
 const STOP_POLL_INTERVAL: Duration = Duration::from_millis(20);
@@ -61,6 +63,8 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
         nr_shards,
         config.socket_listen_backlog_size,
     )?;
+    let metrics_socket = config.metrics_address.map(bind_metrics).transpose()?;
+    let metrics_socket = Arc::new(Mutex::new(metrics_socket));
     let store = EmbeddedStore::open(&config.log_dirs[0])?;
     let controller = KafkaController::startup(
         store,
@@ -125,6 +129,8 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
             let ends = shard_ends.lock().unwrap()[start.shard_id]
                 .take()
                 .expect("one set of control ends per shard");
+            // Shard 0 serves the metrics endpoint: it collects from every shard.
+            let metrics_socket = metrics_socket.lock().unwrap().take();
             let sockets: Vec<_> = listeners
                 .lock()
                 .unwrap()
@@ -178,12 +184,21 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
                         ))
                     })
                     .collect();
+                let metrics_server = metrics_socket.map(|socket| {
+                    // SAFETY: a bound, listening TCP socket this shard now owns.
+                    let listener =
+                        unsafe { glommio::net::TcpListener::from_raw_fd(socket.into_raw_fd()) };
+                    glommio::spawn_local(metrics::http::serve(listener, broker.clone()))
+                });
                 let _ = ready.send(());
                 while !stop.load(Ordering::Acquire) {
                     glommio::timer::sleep(STOP_POLL_INTERVAL).await;
                 }
                 for acceptor in acceptors {
                     acceptor.cancel().await;
+                }
+                if let Some(metrics_server) = metrics_server {
+                    metrics_server.cancel().await;
                 }
                 in_flight.stop();
                 // Joins and syncs waiting on a rebalance are answered now.

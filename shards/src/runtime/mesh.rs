@@ -69,6 +69,9 @@ pub fn build_mesh<S: 'static>(nr_shards: usize, channel_capacity: usize) -> Vec<
 pub struct ShardMesh<S: 'static> {
     shard_id: usize,
     senders: Vec<Option<ConnectedSender<Job<S>>>>,
+    /// Bounds the jobs from other shards running here.
+    in_flight: Rc<Semaphore>,
+    max_in_flight_jobs: usize,
 }
 
 impl<S: 'static> MeshEnds<S> {
@@ -111,6 +114,8 @@ impl<S: 'static> MeshEnds<S> {
         ShardMesh {
             shard_id: self.shard_id,
             senders,
+            in_flight,
+            max_in_flight_jobs,
         }
     }
 }
@@ -122,6 +127,11 @@ impl<S: 'static> ShardMesh<S> {
 
     pub fn nr_shards(&self) -> usize {
         self.senders.len()
+    }
+
+    /// Jobs from other shards running on this shard now.
+    pub fn jobs_in_flight(&self) -> u64 {
+        self.max_in_flight_jobs as u64 - self.in_flight.available()
     }
 
     /// Runs `work` on `shard` against that shard's state and returns its answer.

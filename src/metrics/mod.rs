@@ -1,0 +1,449 @@
+//! The broker's metrics in Prometheus' text format, with the names Kafka's JMX
+//! exporter setups give Kafka's own MBeans (`kafka_server_brokertopicmetrics_*`,
+//! `kafka_network_requestmetrics_*`, `kafka_log_log_*`, ...), plus per-shard
+//! figures of the thread-per-core runtime. Each shard counts into its own
+//! `ShardMetrics` (plain cells: no atomics, no locks on the data path); a
+//! scrape collects a `MetricsSnapshot` from every shard over the mesh and
+//! renders their sum (`http.rs` serves it).
+
+pub mod http;
+
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write;
+use std::time::{Duration, Instant};
+
+/// Upper bounds (ms) of the request time histogram's buckets, +Inf beside them.
+const TIME_BUCKETS_MS: &[f64] = &[
+    0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0,
+    10000.0, 30000.0,
+];
+
+/// Distinct topics a shard keeps counters for; a client naming ever more topics
+/// (each refused) cannot grow it without bound.
+const MAX_COUNTED_TOPICS: usize = 100_000;
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TopicCounters {
+    pub messages_in: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+}
+
+impl TopicCounters {
+    fn add(&mut self, other: &Self) {
+        self.messages_in += other.messages_in;
+        self.bytes_in += other.bytes_in;
+        self.bytes_out += other.bytes_out;
+    }
+}
+
+/// One API's requests: how many, how long (TotalTimeMs), and the error codes
+/// its responses carried.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestStats {
+    pub count: u64,
+    /// Cumulative per bucket of TIME_BUCKETS_MS (not yet summed: per bucket).
+    pub time_buckets: Vec<u64>,
+    pub time_sum_ms: f64,
+    pub errors: BTreeMap<i16, u64>,
+}
+
+impl Default for RequestStats {
+    fn default() -> Self {
+        Self {
+            count: 0,
+            time_buckets: vec![0; TIME_BUCKETS_MS.len()],
+            time_sum_ms: 0.0,
+            errors: BTreeMap::new(),
+        }
+    }
+}
+
+impl RequestStats {
+    fn add(&mut self, other: &Self) {
+        self.count += other.count;
+        for (mine, theirs) in self.time_buckets.iter_mut().zip(&other.time_buckets) {
+            *mine += theirs;
+        }
+        self.time_sum_ms += other.time_sum_ms;
+        for (code, count) in &other.errors {
+            *self.errors.entry(*code).or_default() += count;
+        }
+    }
+}
+
+/// One partition's log, as the `kafka.log:type=Log` MBeans show it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogGauges {
+    pub topic: String,
+    pub partition: i32,
+    pub size_bytes: u64,
+    pub segments: u64,
+    pub log_start_offset: i64,
+    pub log_end_offset: i64,
+}
+
+/// The runtime figures of one shard.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShardGauges {
+    pub shard: usize,
+    pub tasks_executed: u64,
+    pub runtime_seconds: f64,
+    /// Share of the wall time since the previous scrape spent running tasks.
+    pub busy_ratio: f64,
+    /// Jobs from other shards running here now.
+    pub mesh_jobs_in_flight: u64,
+}
+
+/// Everything one shard reports to a scrape; plain data, sent across shards.
+#[derive(Debug, Clone)]
+pub struct MetricsSnapshot {
+    pub topics: HashMap<String, TopicCounters>,
+    pub requests: BTreeMap<i16, RequestStats>,
+    pub logs: Vec<LogGauges>,
+    pub leaders: u64,
+    pub parked_fetches: u64,
+    /// Groups coordinated here, by state name (Kafka's NumGroups<State>).
+    pub groups_by_state: BTreeMap<String, u64>,
+    pub shard: ShardGauges,
+}
+
+/// A shard's counters, touched only by its own thread.
+pub struct ShardMetrics {
+    topics: RefCell<HashMap<String, TopicCounters>>,
+    /// By API key.
+    requests: RefCell<BTreeMap<i16, RequestStats>>,
+    /// (wall time, executor runtime) at the previous scrape, for the busy ratio.
+    last_scrape: Cell<(Instant, Duration)>,
+}
+
+impl Default for ShardMetrics {
+    fn default() -> Self {
+        Self {
+            topics: RefCell::new(HashMap::new()),
+            requests: RefCell::new(BTreeMap::new()),
+            last_scrape: Cell::new((Instant::now(), Duration::ZERO)),
+        }
+    }
+}
+
+impl ShardMetrics {
+    fn with_topic(&self, topic: &str, update: impl FnOnce(&mut TopicCounters)) {
+        let mut topics = self.topics.borrow_mut();
+        if let Some(counters) = topics.get_mut(topic) {
+            update(counters);
+        } else if topics.len() < MAX_COUNTED_TOPICS {
+            update(topics.entry(topic.to_owned()).or_default());
+        }
+    }
+
+    /// A batch appended to a partition of `topic` (BytesInPerSec, MessagesInPerSec).
+    pub fn record_produce(&self, topic: &str, messages: u64, bytes: u64) {
+        self.with_topic(topic, |c| {
+            c.messages_in += messages;
+            c.bytes_in += bytes;
+        });
+    }
+
+    /// Record bytes sent to a fetcher of `topic` (BytesOutPerSec).
+    pub fn record_fetch(&self, topic: &str, bytes: u64) {
+        if bytes > 0 {
+            self.with_topic(topic, |c| c.bytes_out += bytes);
+        }
+    }
+
+    /// One request of `api` answered after `elapsed` (RequestsPerSec, TotalTimeMs).
+    pub fn record_request(&self, api_key: i16, elapsed: Duration) {
+        let elapsed_ms = elapsed.as_secs_f64() * 1000.0;
+        let mut requests = self.requests.borrow_mut();
+        let stats = requests.entry(api_key).or_default();
+        stats.count += 1;
+        stats.time_sum_ms += elapsed_ms;
+        if let Some(bucket) = TIME_BUCKETS_MS.iter().position(|le| elapsed_ms <= *le) {
+            stats.time_buckets[bucket] += 1;
+        }
+    }
+
+    /// An error code a response of `api` carried (ErrorsPerSec).
+    pub fn record_error(&self, api_key: i16, error_code: i16) {
+        *self
+            .requests
+            .borrow_mut()
+            .entry(api_key)
+            .or_default()
+            .errors
+            .entry(error_code)
+            .or_default() += 1;
+    }
+
+    /// The counters, and the runtime figures since the previous scrape.
+    pub fn snapshot(
+        &self,
+        shard: usize,
+        stats: &glommio::ExecutorStats,
+        mesh_jobs_in_flight: u64,
+    ) -> (
+        HashMap<String, TopicCounters>,
+        BTreeMap<i16, RequestStats>,
+        ShardGauges,
+    ) {
+        let now = Instant::now();
+        let runtime = stats.total_runtime();
+        let (last_wall, last_runtime) = self.last_scrape.replace((now, runtime));
+        let wall = now.duration_since(last_wall).as_secs_f64();
+        let busy = runtime.saturating_sub(last_runtime).as_secs_f64();
+        (
+            self.topics.borrow().clone(),
+            self.requests.borrow().clone(),
+            ShardGauges {
+                shard,
+                tasks_executed: stats.tasks_executed(),
+                runtime_seconds: runtime.as_secs_f64(),
+                busy_ratio: if wall > 0.0 {
+                    (busy / wall).min(1.0)
+                } else {
+                    0.0
+                },
+                mesh_jobs_in_flight,
+            },
+        )
+    }
+}
+
+/// Prometheus label values escape backslash, quote and newline.
+fn label(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// A metric family's HELP and TYPE lines; returns its name for the samples.
+fn header(out: &mut String, name: &str, kind: &str, help: &str) -> String {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    name.to_owned()
+}
+
+/// The text exposition of every shard's snapshot together.
+/// `api_name` and `error_name` give Kafka's names for API keys and error codes.
+pub fn render(
+    snapshots: &[MetricsSnapshot],
+    api_name: impl Fn(i16) -> String,
+    error_name: impl Fn(i16) -> String,
+) -> String {
+    let mut topics: BTreeMap<&str, TopicCounters> = BTreeMap::new();
+    let mut requests: BTreeMap<String, RequestStats> = BTreeMap::new();
+    let mut groups: BTreeMap<&str, u64> = BTreeMap::new();
+    for snapshot in snapshots {
+        for (topic, counters) in &snapshot.topics {
+            topics.entry(topic).or_default().add(counters);
+        }
+        for (api_key, stats) in &snapshot.requests {
+            requests.entry(api_name(*api_key)).or_default().add(stats);
+        }
+        for (state, count) in &snapshot.groups_by_state {
+            *groups.entry(state).or_default() += count;
+        }
+    }
+    let mut out = String::new();
+
+    for (name, help, pick) in [
+        (
+            "kafka_server_brokertopicmetrics_messagesin_total",
+            "Messages appended, per topic (MessagesInPerSec).",
+            (|c: &TopicCounters| c.messages_in) as fn(&TopicCounters) -> u64,
+        ),
+        (
+            "kafka_server_brokertopicmetrics_bytesin_total",
+            "Record bytes produced, per topic (BytesInPerSec).",
+            |c: &TopicCounters| c.bytes_in,
+        ),
+        (
+            "kafka_server_brokertopicmetrics_bytesout_total",
+            "Record bytes fetched, per topic (BytesOutPerSec).",
+            |c: &TopicCounters| c.bytes_out,
+        ),
+    ] {
+        let name = header(&mut out, name, "counter", help);
+        let total: u64 = topics.values().map(pick).sum();
+        let _ = writeln!(out, "{name} {total}");
+        for (topic, counters) in &topics {
+            let _ = writeln!(
+                out,
+                "{name}{{topic=\"{}\"}} {}",
+                label(topic),
+                pick(counters)
+            );
+        }
+    }
+
+    let name = header(
+        &mut out,
+        "kafka_network_requestmetrics_requests_total",
+        "counter",
+        "Requests answered, per API (RequestsPerSec).",
+    );
+    for (api, stats) in &requests {
+        let _ = writeln!(out, "{name}{{request=\"{api}\"}} {}", stats.count);
+    }
+    let name = header(
+        &mut out,
+        "kafka_network_requestmetrics_errors_total",
+        "counter",
+        "Error codes in responses, per API and error (ErrorsPerSec).",
+    );
+    for (api, stats) in &requests {
+        for (code, count) in &stats.errors {
+            let _ = writeln!(
+                out,
+                "{name}{{request=\"{api}\",error=\"{}\"}} {count}",
+                error_name(*code)
+            );
+        }
+    }
+    let name = header(
+        &mut out,
+        "kafka_network_requestmetrics_totaltimems",
+        "histogram",
+        "Time from a request's arrival to its response, ms (TotalTimeMs).",
+    );
+    for (api, stats) in &requests {
+        let mut cumulative = 0;
+        for (le, count) in TIME_BUCKETS_MS.iter().zip(&stats.time_buckets) {
+            cumulative += count;
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{request=\"{api}\",le=\"{le}\"}} {cumulative}"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "{name}_bucket{{request=\"{api}\",le=\"+Inf\"}} {}",
+            stats.count
+        );
+        let _ = writeln!(out, "{name}_sum{{request=\"{api}\"}} {}", stats.time_sum_ms);
+        let _ = writeln!(out, "{name}_count{{request=\"{api}\"}} {}", stats.count);
+    }
+
+    let logs = snapshots.iter().flat_map(|s| &s.logs);
+    let name = header(
+        &mut out,
+        "kafka_server_replicamanager_partitioncount",
+        "gauge",
+        "Partitions with a replica on this broker.",
+    );
+    let _ = writeln!(out, "{name} {}", logs.clone().count());
+    let name = header(
+        &mut out,
+        "kafka_server_replicamanager_leadercount",
+        "gauge",
+        "Partitions this broker leads.",
+    );
+    let _ = writeln!(
+        out,
+        "{name} {}",
+        snapshots.iter().map(|s| s.leaders).sum::<u64>()
+    );
+    for (name, help, pick) in [
+        (
+            "kafka_log_log_size",
+            "Bytes of a partition's log segments.",
+            (|l: &LogGauges| l.size_bytes as i64) as fn(&LogGauges) -> i64,
+        ),
+        (
+            "kafka_log_log_numlogsegments",
+            "Segments of a partition's log.",
+            |l: &LogGauges| l.segments as i64,
+        ),
+        (
+            "kafka_log_log_logstartoffset",
+            "A partition's log start offset.",
+            |l: &LogGauges| l.log_start_offset,
+        ),
+        (
+            "kafka_log_log_logendoffset",
+            "A partition's log end offset.",
+            |l: &LogGauges| l.log_end_offset,
+        ),
+    ] {
+        let name = header(&mut out, name, "gauge", help);
+        for log in logs.clone() {
+            let _ = writeln!(
+                out,
+                "{name}{{topic=\"{}\",partition=\"{}\"}} {}",
+                label(&log.topic),
+                log.partition,
+                pick(log)
+            );
+        }
+    }
+    let name = header(
+        &mut out,
+        "kafka_server_delayedoperationpurgatory_purgatorysize",
+        "gauge",
+        "Requests waiting in a purgatory.",
+    );
+    let _ = writeln!(
+        out,
+        "{name}{{delayedOperation=\"Fetch\"}} {}",
+        snapshots.iter().map(|s| s.parked_fetches).sum::<u64>()
+    );
+    let name = header(
+        &mut out,
+        "kafka_coordinator_group_groupmetadatamanager_numgroups",
+        "gauge",
+        "Groups this broker coordinates.",
+    );
+    let _ = writeln!(out, "{name} {}", groups.values().sum::<u64>());
+    for (state, count) in &groups {
+        let name = header(
+            &mut out,
+            &format!(
+                "kafka_coordinator_group_groupmetadatamanager_numgroups{}",
+                state.to_ascii_lowercase()
+            ),
+            "gauge",
+            &format!("Groups in state {state}."),
+        );
+        let _ = writeln!(out, "{name} {count}");
+    }
+
+    for (name, kind, help, pick) in [
+        (
+            "ringbroker_shard_tasks_executed_total",
+            "counter",
+            "Tasks a shard's executor ran.",
+            (|s: &ShardGauges| s.tasks_executed as f64) as fn(&ShardGauges) -> f64,
+        ),
+        (
+            "ringbroker_shard_runtime_seconds_total",
+            "counter",
+            "Time a shard's executor spent running tasks.",
+            |s: &ShardGauges| s.runtime_seconds,
+        ),
+        (
+            "ringbroker_shard_busy_ratio",
+            "gauge",
+            "Share of the time since the previous scrape a shard spent running tasks.",
+            |s: &ShardGauges| s.busy_ratio,
+        ),
+        (
+            "ringbroker_shard_mesh_jobs_in_flight",
+            "gauge",
+            "Jobs from other shards running on a shard.",
+            |s: &ShardGauges| s.mesh_jobs_in_flight as f64,
+        ),
+    ] {
+        let name = header(&mut out, name, kind, help);
+        for snapshot in snapshots {
+            let _ = writeln!(
+                out,
+                "{name}{{shard=\"{}\"}} {}",
+                snapshot.shard.shard,
+                pick(&snapshot.shard)
+            );
+        }
+    }
+    out
+}

@@ -1,0 +1,234 @@
+//! The metrics endpoint scraped before and after a produce and fetch run,
+//! parsed with Prometheus' own Python parser (prometheus_client): the counters
+//! move by exactly the records and bytes moved, and `/health` answers.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{free_port, Broker, Client};
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use shards::log::record_batch::RecordBatchBuilder;
+
+/// (status line, body) of an HTTP GET.
+fn get(port: u16, path: &str) -> (String, String) {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(15)))
+        .unwrap();
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap();
+    (head.lines().next().unwrap().to_owned(), body.to_owned())
+}
+
+/// Every sample of a scrape, by name and sorted labels, through prometheus_client.
+fn scrape(port: u16) -> BTreeMap<(String, String), f64> {
+    let (status, body) = get(port, "/metrics");
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    let mut parser = Command::new("python3")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/support/python/parse_metrics.py"
+        ))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    parser
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(body.as_bytes())
+        .unwrap();
+    let output = parser.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "prometheus_client refused the exposition: {}\n{body}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .map(|line| {
+            let sample: serde_json::Value = serde_json::from_str(line).unwrap();
+            let labels: BTreeMap<String, String> =
+                serde_json::from_value(sample["labels"].clone()).unwrap();
+            let labels = labels
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(",");
+            (
+                (sample["name"].as_str().unwrap().to_owned(), labels),
+                sample["value"].as_f64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn value(samples: &BTreeMap<(String, String), f64>, name: &str, labels: &str) -> f64 {
+    samples
+        .get(&(name.to_owned(), labels.to_owned()))
+        .copied()
+        .unwrap_or(0.0)
+}
+
+#[test]
+fn counters_move_by_what_was_produced_and_fetched() {
+    let port = free_port();
+    let broker = Broker::start(&[&format!("ringbroker.metrics.port={port}")]);
+    assert_eq!(
+        get(port, "/health"),
+        ("HTTP/1.1 200 OK".to_owned(), "ok\n".to_owned())
+    );
+    assert_eq!(get(port, "/nothing").0, "HTTP/1.1 404 Not Found");
+    let mut client = Client::connect(&broker.address());
+    client.create_topic("measured", 2);
+    let before = scrape(port);
+
+    let mut produced_bytes = 0;
+    for i in 0..10 {
+        let mut builder = RecordBatchBuilder::new(0, shards::log::wall_clock_ms());
+        for j in 0..(i + 1) {
+            builder.append(
+                shards::log::wall_clock_ms(),
+                None,
+                Some(format!("v{j}").as_bytes()),
+            );
+        }
+        let batch = builder.build();
+        produced_bytes += batch.len();
+        let response = client.produce("measured", i % 2, batch).unwrap();
+        assert_eq!(response.error_code, 0);
+    }
+    // A produce to a partition that does not exist is an error, counted as one.
+    assert_ne!(
+        client
+            .produce("measured", 7, RecordBatchBuilder::new(0, 0).build())
+            .unwrap()
+            .error_code,
+        0
+    );
+    let name = TopicName(StrBytes::from_static_str("measured"));
+    let fetched: FetchResponse = client
+        .call(
+            ApiKey::Fetch,
+            12,
+            &FetchRequest::default()
+                .with_max_wait_ms(0)
+                .with_max_bytes(1 << 20)
+                .with_topics(vec![FetchTopic::default()
+                    .with_topic(name)
+                    .with_partitions(
+                        (0..2)
+                            .map(|p| {
+                                FetchPartition::default()
+                                    .with_partition(p)
+                                    .with_partition_max_bytes(1 << 20)
+                            })
+                            .collect(),
+                    )]),
+        )
+        .unwrap();
+    let fetched_bytes: usize = fetched.responses[0]
+        .partitions
+        .iter()
+        .map(|p| p.records.as_ref().map_or(0, |r| r.len()))
+        .sum();
+    assert_eq!(fetched_bytes, produced_bytes);
+    let after = scrape(port);
+
+    let delta =
+        |name: &str, labels: &str| value(&after, name, labels) - value(&before, name, labels);
+    let topic = "topic=measured";
+    assert_eq!(
+        delta("kafka_server_brokertopicmetrics_messagesin_total", topic),
+        55.0
+    );
+    assert_eq!(
+        delta("kafka_server_brokertopicmetrics_bytesin_total", topic),
+        produced_bytes as f64
+    );
+    assert_eq!(
+        delta("kafka_server_brokertopicmetrics_bytesout_total", topic),
+        fetched_bytes as f64
+    );
+    assert_eq!(
+        delta("kafka_server_brokertopicmetrics_messagesin_total", ""),
+        55.0,
+        "the broker-wide total"
+    );
+    assert_eq!(
+        delta(
+            "kafka_network_requestmetrics_requests_total",
+            "request=Produce"
+        ),
+        11.0
+    );
+    assert_eq!(
+        delta(
+            "kafka_network_requestmetrics_requests_total",
+            "request=Fetch"
+        ),
+        1.0
+    );
+    assert_eq!(
+        delta(
+            "kafka_network_requestmetrics_totaltimems_count",
+            "request=Produce"
+        ),
+        11.0
+    );
+    assert_eq!(
+        delta(
+            "kafka_network_requestmetrics_errors_total",
+            "error=NONE,request=Produce"
+        ),
+        10.0
+    );
+    assert_eq!(
+        delta(
+            "kafka_network_requestmetrics_errors_total",
+            "error=UNKNOWN_TOPIC_OR_PARTITION,request=Produce"
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(&after, "kafka_server_replicamanager_partitioncount", ""),
+        2.0
+    );
+    assert_eq!(
+        value(&after, "kafka_server_replicamanager_leadercount", ""),
+        2.0
+    );
+    for partition in 0..2 {
+        let labels = format!("partition={partition},topic=measured");
+        let size = std::fs::metadata(
+            broker
+                .data_dir()
+                .join(format!("measured-{partition}/00000000000000000000.log")),
+        )
+        .unwrap()
+        .len();
+        assert_eq!(value(&after, "kafka_log_log_size", &labels), size as f64);
+        assert_eq!(value(&after, "kafka_log_log_numlogsegments", &labels), 1.0);
+        assert_eq!(
+            value(&after, "kafka_log_log_logendoffset", &labels),
+            [25.0, 30.0][partition]
+        );
+    }
+    let shards = after
+        .keys()
+        .filter(|(name, _)| name == "ringbroker_shard_tasks_executed_total")
+        .count();
+    assert_eq!(shards, 2, "one series per shard");
+}
