@@ -15,7 +15,8 @@ pom="tests/support/kafka/pom.xml"
 version="$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "$pom")"
 
 if [ -f "$libs/.complete-$version" ] && ls "$libs"/kafka_2.13-"$version".jar >/dev/null 2>&1 \
-   && ls "$libs"/kafka-tools-"$version".jar >/dev/null 2>&1; then
+   && ls "$libs"/kafka-tools-"$version".jar >/dev/null 2>&1 \
+   && ls "$libs"/kafka-streams-"$version".jar >/dev/null 2>&1; then
   (cd "$libs" && pwd)
   exit 0
 fi
