@@ -204,6 +204,9 @@ fn a_start_without_config_uses_the_built_in_defaults_from_any_directory() {
         std::thread::sleep(Duration::from_millis(20));
     }
     let mut health = TcpStream::connect(("127.0.0.1", metrics_port)).unwrap();
+    health
+        .set_read_timeout(Some(Duration::from_secs(15)))
+        .unwrap();
     health.write_all(b"GET /health HTTP/1.1\r\n\r\n").unwrap();
     let mut answer = String::new();
     health.read_to_string(&mut answer).unwrap();

@@ -6,19 +6,14 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::process::Command;
 
-use common::{Broker, Client};
+use common::{fetch_kafka_jars, repo_root, Broker, Client};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::{
     ApiKey, BrokerId, ListOffsetsRequest, ListOffsetsResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
-
-fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
 
 fn earliest_offset(client: &mut Client, topic: &str, partition: i32) -> i64 {
     let request = ListOffsetsRequest::default()
@@ -34,14 +29,7 @@ fn earliest_offset(client: &mut Client, topic: &str, partition: i32) -> i64 {
 
 #[test]
 fn streams_purges_its_repartition_topic_below_the_committed_offsets() {
-    let fetch = Command::new(repo_root().join("tests/support/kafka/fetch.sh"))
-        .output()
-        .unwrap();
-    assert!(
-        fetch.status.success(),
-        "{}",
-        String::from_utf8_lossy(&fetch.stderr)
-    );
+    fetch_kafka_jars("kafka");
     let broker = Broker::start(&[]);
     let mut client = Client::connect(&broker.address());
     client.create_topic("words", 2);

@@ -115,6 +115,18 @@ fn every_kafka_topic_config_is_accepted_checked_and_kept() {
         );
     }
 
+    // The topic's min.insync.replicas (2) is more than this broker's one replica.
+    let mut builder = shards::log::record_batch::RecordBatchBuilder::new(0, 0);
+    builder.append(shards::log::wall_clock_ms(), None, Some(b"v"));
+    assert_eq!(
+        client
+            .produce("kept", 0, builder.build())
+            .unwrap()
+            .error_code,
+        19,
+        "NOT_ENOUGH_REPLICAS"
+    );
+
     let (code, message) = create(&mut client, "bad", &[("segment.jitter.ms", "-1")]);
     assert_eq!(code, INVALID_CONFIG);
     assert_eq!(

@@ -39,6 +39,29 @@ pub struct ConfigEntry {
     pub documentation: String,
 }
 
+impl ConfigEntry {
+    /// Its source is its first synonym's, as in Kafka; the default without one.
+    fn new(
+        key: &ConfigKey,
+        value: Option<String>,
+        synonyms: Vec<ConfigSynonym>,
+        read_only: bool,
+    ) -> Self {
+        Self {
+            name: key.name.to_owned(),
+            value,
+            source: synonyms
+                .first()
+                .map_or(ConfigSource::DefaultConfig, |s| s.source),
+            is_sensitive: key.config_type.is_sensitive(),
+            read_only,
+            config_type: key.config_type,
+            synonyms,
+            documentation: key.documentation.clone(),
+        }
+    }
+}
+
 /// Where ringbroker's default differs from Kafka 3.9's: Kafka 4's bound on
 /// future timestamps (KIP-1030), which `LogConfig` keeps.
 const RINGBROKER_DEFAULTS: &[(&str, &str)] = &[("log.message.timestamp.after.max.ms", "3600000")];
@@ -122,18 +145,7 @@ pub fn topic_entries(
                     },
                 );
             }
-            ConfigEntry {
-                name: key.name.to_owned(),
-                value,
-                source: synonyms
-                    .first()
-                    .map_or(ConfigSource::DefaultConfig, |s| s.source),
-                is_sensitive: sensitive,
-                read_only: false,
-                config_type: key.config_type,
-                synonyms,
-                documentation: key.documentation.clone(),
-            }
+            ConfigEntry::new(key, value, synonyms, false)
         })
         .collect()
 }
@@ -156,18 +168,7 @@ pub fn broker_entries(
                 .cloned()
                 .or_else(|| broker_default(key))
                 .filter(|_| !sensitive);
-            ConfigEntry {
-                name: key.name.to_owned(),
-                value,
-                source: synonyms
-                    .first()
-                    .map_or(ConfigSource::DefaultConfig, |s| s.source),
-                is_sensitive: sensitive,
-                read_only: true,
-                config_type: key.config_type,
-                synonyms,
-                documentation: key.documentation.clone(),
-            }
+            ConfigEntry::new(key, value, synonyms, true)
         })
         .collect()
 }

@@ -387,7 +387,17 @@ fn log_defaults(properties: &BTreeMap<String, String>) -> Result<LogConfig, Conf
             value.clone()
         } else {
             let amount: i64 = parse(broker_key, value)?;
-            if amount < 0 { -1 } else { amount * factor_ms }.to_string()
+            let ms = if amount < 0 {
+                Some(-1)
+            } else {
+                amount.checked_mul(factor_ms)
+            };
+            ms.ok_or_else(|| {
+                ConfigError(format!(
+                    "invalid value {value:?} for {broker_key}: too large"
+                ))
+            })?
+            .to_string()
         };
         log_defaults.set(topic_key, &value).map_err(|error| {
             ConfigError(format!(

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use futures_util::future::{join_all, Either};
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
-use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse, TopicName};
+use kafka_protocol::messages::{FetchRequest, FetchResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use shards::log::TopicPartition;
 
@@ -251,9 +251,6 @@ pub async fn handle(
         if !answer {
             continue;
         }
-        ctx.broker
-            .metrics
-            .record_error(ApiKey::Fetch as i16, result.error_code);
         ctx.broker.metrics.record_fetch(
             name,
             result.records.as_ref().map_or(0, Records::size_bytes) as u64,

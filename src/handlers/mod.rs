@@ -34,6 +34,7 @@ use bytes::Bytes;
 use kafka_protocol::messages::{ApiKey, RequestHeader};
 use tracing::debug;
 
+use crate::metrics::errors::ResponseErrors;
 use crate::protocol::{
     decode_body, decode_header, encode_fetch_response, encode_response, peek_api, FrameError,
     FramePart,
@@ -115,8 +116,14 @@ macro_rules! serve {
     ($ctx:expr, $body:expr, $key:expr, $version:expr, $handler:path) => {{
         let request = decode_body(&mut $body, $version)?;
         let response = $handler(&$ctx, request, $version).await;
+        count_errors(&$ctx, $key, &response);
         respond($key, $version, $ctx.header.correlation_id, &response)
     }};
+}
+
+/// The response's error codes into the shard's ErrorsPerSec counters.
+fn count_errors(ctx: &RequestContext, key: ApiKey, response: &impl ResponseErrors) {
+    response.for_each_error(&mut |code| ctx.broker.metrics.record_error(key as i16, code));
 }
 
 fn respond<T: kafka_protocol::protocol::Encodable>(
@@ -180,13 +187,17 @@ pub async fn handle_request(
         ApiKey::Produce => {
             let request = decode_body(&mut frame, version)?;
             match produce::handle(&ctx, request, version).await {
-                Some(response) => respond(key, version, ctx.header.correlation_id, &response),
+                Some(response) => {
+                    count_errors(&ctx, key, &response);
+                    respond(key, version, ctx.header.correlation_id, &response)
+                }
                 None => Ok(Outcome::NoResponse),
             }
         }
         ApiKey::Fetch => {
             let request = decode_body(&mut frame, version)?;
             let (response, records) = fetch::handle(&ctx, request, version).await;
+            count_errors(&ctx, key, &response);
             Ok(Outcome::RespondInParts(encode_fetch_response(
                 version,
                 ctx.header.correlation_id,

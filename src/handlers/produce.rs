@@ -2,23 +2,13 @@
 //! Stored as produced; acks=0 gets no response, as in Kafka.
 
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
-use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse};
+use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use kafka_protocol::protocol::StrBytes;
-
-use shards::log::record_batch::{RECORDS_COUNT_OFFSET, RECORD_BATCH_OVERHEAD};
+use shards::log::record_batch::RecordBatchHeader;
 
 use super::RequestContext;
 use crate::protocol::error_code;
 use crate::server::broker::AppendResult;
-
-/// The records count of a v2 batch (its header's last field), 0 for less.
-fn batch_records_count(batch: &[u8]) -> u64 {
-    batch
-        .get(RECORDS_COUNT_OFFSET..RECORD_BATCH_OVERHEAD)
-        .map_or(0, |count| {
-            i32::from_be_bytes(count.try_into().unwrap()).max(0) as u64
-        })
-}
 
 pub async fn handle(
     ctx: &RequestContext,
@@ -48,7 +38,9 @@ pub async fn handle(
                     Some(AppendResult::error(error_code::UNKNOWN_TOPIC_ID, None))
                 }
                 (true, Some(records)) => {
-                    let (bytes, messages) = (records.len() as u64, batch_records_count(&records));
+                    let messages = RecordBatchHeader::parse(&records)
+                        .map_or(0, |header| header.records_count.max(0) as u64);
+                    let bytes = records.len() as u64;
                     let result = ctx.broker.append(&name, data.index, records, acks).await;
                     if result.error_code == error_code::NONE {
                         ctx.broker.metrics.record_produce(&name, messages, bytes);
@@ -81,9 +73,6 @@ pub async fn handle(
                     partition
                 }
             };
-            ctx.broker
-                .metrics
-                .record_error(ApiKey::Produce as i16, partition.error_code);
             partitions.push(partition);
         }
         let response = TopicProduceResponse::default().with_partition_responses(partitions);

@@ -23,10 +23,12 @@ const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(100);
 /// Kafka's name for an error code (`NOT_LEADER_OR_FOLLOWER`), from
 /// kafka-protocol's variant name.
 pub fn error_name(code: i16) -> String {
-    let Some(error) = kafka_protocol::error::ResponseError::try_from_code(code) else {
-        return "NONE".to_owned();
+    use kafka_protocol::error::ResponseError;
+    let camel = match ResponseError::try_from_code(code) {
+        None => return "NONE".to_owned(),
+        Some(ResponseError::Unknown(code)) => return code.to_string(),
+        Some(error) => error.to_string(),
     };
-    let camel = error.to_string();
     let mut name = String::with_capacity(camel.len() + 8);
     for (i, c) in camel.chars().enumerate() {
         if c.is_ascii_uppercase() && i > 0 {
@@ -139,5 +141,6 @@ mod tests {
         assert_eq!(error_name(6), "NOT_LEADER_OR_FOLLOWER");
         assert_eq!(error_name(1), "OFFSET_OUT_OF_RANGE");
         assert_eq!(error_name(-1), "UNKNOWN_SERVER_ERROR");
+        assert_eq!(error_name(9999), "9999");
     }
 }

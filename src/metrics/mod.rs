@@ -6,6 +6,7 @@
 //! scrape collects a `MetricsSnapshot` from every shard over the mesh and
 //! renders their sum (`http.rs` serves it).
 
+pub mod errors;
 pub mod http;
 
 use std::cell::{Cell, RefCell};

@@ -55,55 +55,72 @@ impl InFlight {
     }
 }
 
-/// One listener's sockets, bound and listening before the broker loads
-/// anything: one per shard, each accepted from by its shard once it serves.
-pub struct BoundListener {
-    pub name: String,
-    pub address: SocketAddr,
-    sockets: Vec<OwnedFd>,
-}
-
-/// Binds every listener, `nr_shards` sockets each. The shards share a port
-/// through SO_REUSEPORT, which would also let another process share it and take
-/// a share of the clients: so each address is first bound once without it, which
-/// fails while anyone else listens there (Kafka's "Address already in use").
-/// SO_REUSEADDR lets a restart bind over connections left in TIME_WAIT, as
-/// Kafka's listener does. Port 0 is resolved by that first bind, so every
-/// shard listens on the same port.
-pub fn bind_listeners(
-    listeners: &[ListenerConfig],
-    nr_shards: usize,
-    backlog: u32,
-) -> Result<Vec<BoundListener>, String> {
+/// Checks, before the broker loads anything, that nobody else listens on any
+/// listener's address (Kafka's "Address already in use", at once rather than
+/// after recovery), and resolves port 0. The sockets are bound once the broker
+/// has loaded its partitions (`ListenerSockets::bind`): like Kafka's, a broker
+/// still recovering refuses connections instead of holding them.
+pub fn probe_listeners(listeners: &[ListenerConfig]) -> Result<Vec<SocketAddr>, String> {
     listeners
         .iter()
-        .map(|listener| {
-            // Kafka's words (SocketServer's Acceptor.openServerSocket).
-            let failed = |error: io::Error| {
-                format!(
-                    "Socket server failed to bind to {}: {error}.",
-                    listener.address
-                )
-            };
-            let address = exclusive_port(listener.address).map_err(failed)?;
-            let sockets = (0..nr_shards)
-                .map(|_| shard_socket(address, backlog))
-                .collect::<io::Result<Vec<_>>>()
-                .map_err(failed)?;
-            info!(listener = listener.name, %address, "listening");
-            Ok(BoundListener {
-                name: listener.name.clone(),
-                address,
-                sockets,
-            })
-        })
+        .map(|listener| exclusive_port(listener.address).map_err(bind_failed(listener.address)))
         .collect()
 }
 
-impl BoundListener {
-    /// The socket of one shard, to accept from on that shard.
-    pub fn take_socket(&mut self) -> OwnedFd {
-        self.sockets.pop().expect("one socket per shard")
+/// Kafka's words (SocketServer's Acceptor.openServerSocket).
+fn bind_failed(address: SocketAddr) -> impl Fn(io::Error) -> String {
+    move |error| format!("Socket server failed to bind to {address}: {error}.")
+}
+
+/// Every listener's sockets, one per shard each, and the metrics endpoint's.
+pub struct ListenerSockets {
+    /// (listener name, one socket per shard)
+    listeners: Vec<(String, Vec<OwnedFd>)>,
+    metrics: Option<OwnedFd>,
+}
+
+impl ListenerSockets {
+    /// Binds each listener `nr_shards` times. The shards share a port through
+    /// SO_REUSEPORT, which would also let another process share it and take a
+    /// share of the clients: so each address is first bound once without it,
+    /// which fails while anyone else listens there. SO_REUSEADDR lets a restart
+    /// bind over connections left in TIME_WAIT, as Kafka's listener does.
+    pub fn bind(
+        listeners: &[(String, SocketAddr)],
+        nr_shards: usize,
+        backlog: u32,
+        metrics: Option<SocketAddr>,
+    ) -> Result<Self, String> {
+        let listeners = listeners
+            .iter()
+            .map(|(name, address)| {
+                exclusive_port(*address).map_err(bind_failed(*address))?;
+                let sockets = (0..nr_shards)
+                    .map(|_| shard_socket(*address, backlog))
+                    .collect::<io::Result<Vec<_>>>()
+                    .map_err(bind_failed(*address))?;
+                info!(listener = name, %address, "listening");
+                Ok((name.clone(), sockets))
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        let metrics = metrics.map(bind_metrics).transpose()?;
+        Ok(Self { listeners, metrics })
+    }
+
+    /// One shard's sockets: one per listener, and the metrics endpoint's for
+    /// shard 0, which collects from every shard.
+    pub fn take(&mut self, shard_id: usize) -> (Vec<(String, OwnedFd)>, Option<OwnedFd>) {
+        let sockets = self
+            .listeners
+            .iter_mut()
+            .map(|(name, sockets)| (name.clone(), sockets.pop().expect("one socket per shard")))
+            .collect();
+        let metrics = if shard_id == 0 {
+            self.metrics.take()
+        } else {
+            None
+        };
+        (sockets, metrics)
     }
 }
 
@@ -138,8 +155,8 @@ fn exclusive_port(address: SocketAddr) -> io::Result<SocketAddr> {
         .ok_or_else(|| io::Error::other("not an inet address"))
 }
 
-/// The metrics endpoint's socket, bound and listening, for shard 0 alone.
-pub fn bind_metrics(address: SocketAddr) -> Result<OwnedFd, String> {
+/// The metrics endpoint's socket, bound and listening.
+fn bind_metrics(address: SocketAddr) -> Result<OwnedFd, String> {
     let socket = bind_exclusive(address)
         .and_then(|socket| socket.listen(METRICS_BACKLOG).map(|()| socket))
         .map_err(|error| format!("metrics endpoint failed to bind to {address}: {error}."))?;

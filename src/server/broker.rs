@@ -371,7 +371,15 @@ impl ShardBroker {
             Ok(leader) => leader,
             Err(code) => return AppendResult::error(code, None),
         };
-        if required_acks == -1 && (leader.isr_size as i32) < self.config.min_insync_replicas {
+        // The topic's min.insync.replicas (its override, else the broker's).
+        let min_insync_replicas = self
+            .image
+            .borrow()
+            .topic(topic)
+            .map_or(self.config.min_insync_replicas, |t| {
+                t.log_config.min_insync_replicas
+            });
+        if required_acks == -1 && (leader.isr_size as i32) < min_insync_replicas {
             return AppendResult::error(error_code::NOT_ENOUGH_REPLICAS, None);
         }
         let tp = TopicPartition::new(topic, partition);
@@ -590,36 +598,28 @@ impl ShardBroker {
         partition: i32,
         timestamp: i64,
     ) -> Result<(i64, i64, i32), i16> {
-        let shard = self.route(topic, partition)?.shard;
-        let tp = TopicPartition::new(topic, partition);
-        self.mesh()
-            .invoke_on(shard, self, move |broker: Rc<ShardBroker>| async move {
-                let log = broker
-                    .log_manager
-                    .get_log(&tp)
-                    .ok_or(error_code::NOT_LEADER_OR_FOLLOWER)?;
-                let epoch = log.latest_epoch().unwrap_or(-1);
-                match timestamp {
-                    -1 => Ok((-1, log.high_watermark(), epoch)),
-                    -2 => Ok((-1, log.log_start_offset(), epoch)),
-                    _ => {
-                        let found = if timestamp == -3 {
-                            log.fetch_offset_of_max_timestamp().await
-                        } else {
-                            log.fetch_offset_by_timestamp(timestamp).await
-                        };
-                        match found {
-                            Ok(Some(found)) if found.offset < log.high_watermark() => {
-                                Ok((found.timestamp, found.offset, found.leader_epoch))
-                            }
-                            Ok(_) => Ok((-1, -1, -1)),
-                            Err(error) => Err(log_error_code(&error)),
+        self.on_leader_log(topic, partition, move |log| async move {
+            let epoch = log.latest_epoch().unwrap_or(-1);
+            match timestamp {
+                -1 => Ok((-1, log.high_watermark(), epoch)),
+                -2 => Ok((-1, log.log_start_offset(), epoch)),
+                _ => {
+                    let found = if timestamp == -3 {
+                        log.fetch_offset_of_max_timestamp().await
+                    } else {
+                        log.fetch_offset_by_timestamp(timestamp).await
+                    };
+                    match found {
+                        Ok(Some(found)) if found.offset < log.high_watermark() => {
+                            Ok((found.timestamp, found.offset, found.leader_epoch))
                         }
+                        Ok(_) => Ok((-1, -1, -1)),
+                        Err(error) => Err(log_error_code(&error)),
                     }
                 }
-            })
-            .await
-            .unwrap_or(Err(error_code::NOT_LEADER_OR_FOLLOWER))
+            }
+        })
+        .await
     }
 
     /// DeleteRecords on the owning shard: the log start offset moves up to
@@ -630,26 +630,44 @@ impl ShardBroker {
         partition: i32,
         offset: i64,
     ) -> Result<i64, i16> {
+        self.on_leader_log(topic, partition, move |log| async move {
+            // Kafka: records of a compacted-only topic are kept by policy.
+            if !log.config().cleanup_policy.delete {
+                return Err(error_code::POLICY_VIOLATION);
+            }
+            let offset = match offset {
+                -1 => log.high_watermark(),
+                offset if offset < 0 => return Err(error_code::OFFSET_OUT_OF_RANGE),
+                offset => offset,
+            };
+            log.maybe_increment_log_start_offset(offset)
+                .await
+                .map_err(|error| log_error_code(&error))
+        })
+        .await
+    }
+
+    /// Runs `work` on the shard owning a partition this broker leads, against
+    /// its log; NOT_LEADER_OR_FOLLOWER when the shard no longer has it.
+    async fn on_leader_log<T, F, Fut>(
+        self: &Rc<Self>,
+        topic: &str,
+        partition: i32,
+        work: F,
+    ) -> Result<T, i16>
+    where
+        T: Send + 'static,
+        F: FnOnce(Rc<Log>) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, i16>> + 'static,
+    {
         let shard = self.route(topic, partition)?.shard;
         let tp = TopicPartition::new(topic, partition);
         self.mesh()
             .invoke_on(shard, self, move |broker: Rc<ShardBroker>| async move {
-                let log = broker
-                    .log_manager
-                    .get_log(&tp)
-                    .ok_or(error_code::NOT_LEADER_OR_FOLLOWER)?;
-                // Kafka: records of a compacted-only topic are kept by policy.
-                if !log.config().cleanup_policy.delete {
-                    return Err(error_code::POLICY_VIOLATION);
+                match broker.log_manager.get_log(&tp) {
+                    Some(log) => work(log).await,
+                    None => Err(error_code::NOT_LEADER_OR_FOLLOWER),
                 }
-                let offset = match offset {
-                    -1 => log.high_watermark(),
-                    offset if offset < 0 => return Err(error_code::OFFSET_OUT_OF_RANGE),
-                    offset => offset,
-                };
-                log.maybe_increment_log_start_offset(offset)
-                    .await
-                    .map_err(|error| log_error_code(&error))
             })
             .await
             .unwrap_or(Err(error_code::NOT_LEADER_OR_FOLLOWER))

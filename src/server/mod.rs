@@ -4,6 +4,7 @@ pub mod broker;
 pub mod control;
 pub mod fetch_session;
 
+use std::net::SocketAddr;
 use std::os::fd::{FromRawFd, IntoRawFd};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -27,7 +28,7 @@ use crate::controller::{KafkaController, TopicDefaults};
 use crate::metadata::image::{Broker, EndPoint};
 use crate::metadata::store::EmbeddedStore;
 use crate::metrics;
-use crate::network::{accept_loop, bind_listeners, bind_metrics, BoundListener, InFlight};
+use crate::network::{accept_loop, probe_listeners, InFlight, ListenerSockets};
 
 /// How often a shard looks for the shutdown signal.
 const STOP_POLL_INTERVAL: Duration = Duration::from_millis(20);
@@ -58,13 +59,7 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
         )
         .into());
     }
-    let listeners = bind_listeners(
-        &config.listeners,
-        nr_shards,
-        config.socket_listen_backlog_size,
-    )?;
-    let metrics_socket = config.metrics_address.map(bind_metrics).transpose()?;
-    let metrics_socket = Arc::new(Mutex::new(metrics_socket));
+    let addresses = probe_listeners(&config.listeners)?;
     let store = EmbeddedStore::open(&config.log_dirs[0])?;
     let controller = KafkaController::startup(
         store,
@@ -73,14 +68,14 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
             endpoints: config
                 .listeners
                 .iter()
-                .zip(&listeners)
-                .map(|(listener, bound)| EndPoint {
+                .zip(&addresses)
+                .map(|(listener, address)| EndPoint {
                     listener_name: listener.name.clone(),
                     security_protocol: listener.security_protocol.clone(),
                     host: listener.advertised_host.clone(),
                     // A listener on port 0 advertises the port it got.
                     port: match listener.advertised_port {
-                        0 => bound.address.port(),
+                        0 => address.port(),
                         port => port,
                     },
                 })
@@ -108,10 +103,17 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
         .map_err(|e| e.to_string())?;
 
     let stop = Arc::new(AtomicBool::new(false));
-    let (ready_tx, ready_rx) = mpsc::channel::<()>();
+    let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
     let shard_ends: Arc<Mutex<Vec<Option<ShardControlEnds>>>> =
         Arc::new(Mutex::new(shard_ends.into_iter().map(Some).collect()));
-    let listeners = Arc::new(Mutex::new(listeners));
+    let listeners: Vec<(String, SocketAddr)> = config
+        .listeners
+        .iter()
+        .map(|listener| listener.name.clone())
+        .zip(addresses)
+        .collect();
+    // Bound by the first shard past the load barrier, then shared out.
+    let sockets: Arc<Mutex<Option<Result<ListenerSockets, String>>>> = Arc::new(Mutex::new(None));
     let max_in_flight_mesh_jobs = runtime.max_in_flight_mesh_jobs;
     let shard_dirs = dirs.clone();
     let shard_stop = stop.clone();
@@ -129,14 +131,7 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
             let ends = shard_ends.lock().unwrap()[start.shard_id]
                 .take()
                 .expect("one set of control ends per shard");
-            // Shard 0 serves the metrics endpoint: it collects from every shard.
-            let metrics_socket = metrics_socket.lock().unwrap().take();
-            let sockets: Vec<_> = listeners
-                .lock()
-                .unwrap()
-                .iter_mut()
-                .map(|listener: &mut BoundListener| (listener.name.clone(), listener.take_socket()))
-                .collect();
+            let (sockets, listeners) = (sockets.clone(), listeners.clone());
             async move {
                 let log_manager = LogManager::new(start.shard_id, dirs, config.log_manager.clone());
                 let image_receiver = glommio::spawn_local(ends.images.connect());
@@ -172,6 +167,28 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
                         loaded.wait();
                     })
                     .await;
+                let taken = {
+                    let mut slot = sockets.lock().unwrap();
+                    let bound = slot.get_or_insert_with(|| {
+                        ListenerSockets::bind(
+                            &listeners,
+                            config.cores.len(),
+                            config.socket_listen_backlog_size,
+                            config.metrics_address,
+                        )
+                    });
+                    bound
+                        .as_mut()
+                        .map(|bound| bound.take(start.shard_id))
+                        .map_err(|error| error.clone())
+                };
+                let (sockets, metrics_socket) = match taken {
+                    Ok(taken) => taken,
+                    Err(error) => {
+                        let _ = ready.send(Err(error));
+                        return;
+                    }
+                };
                 let in_flight = Rc::new(InFlight::default());
                 let acceptors: Vec<_> = sockets
                     .into_iter()
@@ -190,7 +207,7 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
                         unsafe { glommio::net::TcpListener::from_raw_fd(socket.into_raw_fd()) };
                     glommio::spawn_local(metrics::http::serve(listener, broker.clone()))
                 });
-                let _ = ready.send(());
+                let _ = ready.send(Ok(()));
                 while !stop.load(Ordering::Acquire) {
                     glommio::timer::sleep(STOP_POLL_INTERVAL).await;
                 }
@@ -213,7 +230,9 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
             }
         })?;
     for _ in 0..nr_shards {
-        ready_rx.recv().map_err(|_| "a shard died while starting")?;
+        ready_rx
+            .recv()
+            .map_err(|_| "a shard died while starting")??;
     }
     Ok(RunningBroker {
         stop,

@@ -39,6 +39,24 @@ pub fn wait_for_exit(child: &mut Child, within: Duration) -> Option<std::process
     }
 }
 
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Kafka's jars from Maven Central, fetched once: `jars` is the folder under
+/// tests/support (`kafka` for Kafka 4, `kafka-3.9`). Returns their directory.
+pub fn fetch_kafka_jars(jars: &str) -> String {
+    let fetch = Command::new(repo_root().join(format!("tests/support/{jars}/fetch.sh")))
+        .output()
+        .unwrap();
+    assert!(
+        fetch.status.success(),
+        "{}",
+        String::from_utf8_lossy(&fetch.stderr)
+    );
+    String::from_utf8(fetch.stdout).unwrap().trim().to_owned()
+}
+
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -124,6 +142,10 @@ impl Broker {
         let Ok(stream) = TcpStream::connect(self.address()) else {
             return false;
         };
+        // A broker that accepted but never answers must not hang the start.
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
         let mut client = Client {
             stream,
             correlation_id: 0,

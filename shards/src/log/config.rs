@@ -47,9 +47,9 @@ pub struct LogConfig {
     pub compression_gzip_level: i32,
     pub compression_lz4_level: i32,
     pub compression_zstd_level: i32,
-    /// Stored now; the replication layer enforces it.
+    /// acks=all needs this many in-sync replicas (NOT_ENOUGH_REPLICAS).
     pub min_insync_replicas: i32,
-    /// Stored now; the controller's elections read it.
+    /// Stored for the controller's elections, which replication brings.
     pub unclean_leader_election_enable: bool,
 }
 

@@ -12,7 +12,7 @@ use glommio::sync::{Permit, Semaphore};
 use tracing::{info, warn};
 
 use super::checkpoint::run_blocking;
-use super::compression::{decompress, recompress};
+use super::compression::{decompress, recompress, CompressionLevels};
 use super::leader_epoch::LeaderEpochFileCache;
 use super::log_dirs::LogDirHealth;
 use super::producer_state::{ProducerStateManager, SequenceCheck};
@@ -435,7 +435,17 @@ impl Log {
         // A topic whose compression.type names a codec stores every batch in it.
         let recompressed = match config.compression {
             TopicCompression::Codec(target) if produced.compression()? != target => {
-                Some(recompress(records, &produced, target, &config)?)
+                let (batch, levels) = (records.to_vec(), CompressionLevels::of(&config));
+                let batch = run_blocking(move || Ok(recompress(&batch, &produced, target, levels)))
+                    .await
+                    .map_err(LogError::from)??;
+                if batch.len() > config.max_message_bytes {
+                    return Err(LogError::MessageTooLarge {
+                        size_bytes: batch.len(),
+                        max_bytes: config.max_message_bytes,
+                    });
+                }
+                Some(batch)
             }
             _ => None,
         };
@@ -776,6 +786,10 @@ impl Log {
     pub async fn delete_retained_segments(&self, now_ms: i64) -> Result<usize, LogError> {
         self.health.check()?;
         let config = self.config();
+        // Not waiting behind the cleaner for a compacted log with nothing to delete.
+        if !config.cleanup_policy.delete && self.log_start_offset_checkpoint().is_none() {
+            return Ok(0);
+        }
         let _permit = permit(&self.maintenance_lock).await;
         self.check_not_deleted()?;
         let segments = self.segments();

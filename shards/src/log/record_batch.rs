@@ -217,29 +217,11 @@ fn validate(batch: &[u8], consecutive_offsets: bool) -> Result<RecordBatchHeader
         )));
     }
     if header.compression()? == CompressionType::None {
-        let mut count = 0i32;
-        let mut previous_delta = -1;
-        for record in RecordIter::new(&batch[RECORD_BATCH_OVERHEAD..]) {
-            let delta = record?.offset_delta;
-            let in_order = if consecutive_offsets {
-                delta == count
-            } else {
-                delta > previous_delta && delta <= header.last_offset_delta
-            };
-            if !in_order {
-                return Err(LogError::InvalidRecord(format!(
-                    "record {count} has offset delta {delta}"
-                )));
-            }
-            previous_delta = delta;
-            count += 1;
-        }
-        if count != header.records_count {
-            return Err(LogError::InvalidRecord(format!(
-                "header claims {} records, batch holds {count}",
-                header.records_count
-            )));
-        }
+        check_records(
+            &batch[RECORD_BATCH_OVERHEAD..],
+            &header,
+            consecutive_offsets,
+        )?;
     }
     // A producer's batch is dense: its records fill its offset range exactly.
     if consecutive_offsets
@@ -251,6 +233,40 @@ fn validate(batch: &[u8], consecutive_offsets: bool) -> Result<RecordBatchHeader
         )));
     }
     Ok(header)
+}
+
+/// The records of an uncompressed section against its header: their offset
+/// deltas in order (consecutive from 0 for a producer's batch, as Kafka
+/// requires) and as many as the header claims.
+pub fn check_records(
+    section: &[u8],
+    header: &RecordBatchHeader,
+    consecutive_offsets: bool,
+) -> Result<(), LogError> {
+    let mut count = 0i32;
+    let mut previous_delta = -1;
+    for record in RecordIter::new(section) {
+        let delta = record?.offset_delta;
+        let in_order = if consecutive_offsets {
+            delta == count
+        } else {
+            delta > previous_delta && delta <= header.last_offset_delta
+        };
+        if !in_order {
+            return Err(LogError::InvalidRecord(format!(
+                "record {count} has offset delta {delta}"
+            )));
+        }
+        previous_delta = delta;
+        count += 1;
+    }
+    if count != header.records_count {
+        return Err(LogError::InvalidRecord(format!(
+            "header claims {} records, batch holds {count}",
+            header.records_count
+        )));
+    }
+    Ok(())
 }
 
 /// Walks the concatenated batches in `buf`, yielding each one's header and byte

@@ -1,51 +1,9 @@
 #!/usr/bin/env bash
-# Fetch Apache Kafka 3.9's jars (version in pom.xml beside this script; the
-# last ZooKeeper-mode line, zookeeper jar included) from Maven Central into
-# $DEST/libs, for ../kafka/kafka-run-class.sh (run it with
-# DEST=tests/.deps/kafka-3.9). Idempotent: does nothing if the jars are already
-# there. DEST defaults to tests/.deps/kafka-3.9 (repo root).
+# Fetch Apache Kafka 3.9's jars (pom.xml beside this script; the last
+# ZooKeeper-mode line, zookeeper jar included) from Maven Central into
+# $DEST/libs (default tests/.deps/kafka-3.9), for ../kafka/kafka-run-class.sh
+# (run it with DEST=tests/.deps/kafka-3.9). Same fetch as ../kafka/fetch.sh.
 # Env: DEST, MVN_TIMEOUT (seconds, default 900).
 set -euo pipefail
-
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-root="$(cd "$here/../../.." && pwd)"
-cd "$root"
-
-DEST="${DEST:-tests/.deps/kafka-3.9}"
-libs="$DEST/libs"
-pom="tests/support/kafka-3.9/pom.xml"
-version="$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "$pom")"
-
-if [ -f "$libs/.complete-$version" ] && ls "$libs"/kafka_2.13-"$version".jar >/dev/null 2>&1 \
-   && ls "$libs"/kafka-tools-"$version".jar >/dev/null 2>&1; then
-  (cd "$libs" && pwd)
-  exit 0
-fi
-
-apt_install() {
-  if [ "$(id -u)" -ne 0 ]; then
-    echo "fetch.sh: need $* but not root; install it first" >&2
-    exit 1
-  fi
-  export DEBIAN_FRONTEND=noninteractive
-  timeout 600 apt-get update -qq >&2 || true
-  timeout 900 apt-get install -y -qq "$@" >&2
-}
-
-command -v java >/dev/null 2>&1 || apt_install default-jre-headless
-command -v mvn  >/dev/null 2>&1 || apt_install maven
-
-# Start clean so jars of another version don't end up on the classpath.
-rm -rf "$libs"
-mkdir -p "$libs"
-log="$DEST/fetch.log"
-if ! timeout "${MVN_TIMEOUT:-900}" mvn -q -B -Dstyle.color=never -f "$pom" \
-     dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$(cd "$libs" && pwd)" \
-     >"$log" 2>&1; then
-  tail -n 40 "$log" >&2
-  echo "fetch.sh: mvn dependency:copy-dependencies failed or timed out (log: $log)" >&2
-  rm -rf "$libs"
-  exit 1
-fi
-touch "$libs/.complete-$version"
-(cd "$libs" && pwd)
+POM="$here/pom.xml" DEST="${DEST:-tests/.deps/kafka-3.9}" exec "$here/../kafka/fetch.sh"

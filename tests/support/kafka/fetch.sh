@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Fetch Apache Kafka's jars (version in pom.xml beside this script) from Maven
-# Central into $DEST/libs, for kafka-run-class.sh. Idempotent: does nothing if
-# the jars are already there. DEST defaults to tests/.deps/kafka (repo root).
-# Env: DEST, MVN_TIMEOUT (seconds, default 900).
+# Fetch Apache Kafka's jars (the dependencies of pom.xml beside this script, or
+# of $POM) from Maven Central into $DEST/libs, for kafka-run-class.sh.
+# Idempotent: does nothing if the jars of this very pom are already there (the
+# marker names the pom's hash, so a changed pom fetches again). DEST defaults to
+# tests/.deps/kafka (repo root).
+# Env: POM, DEST, MVN_TIMEOUT (seconds, default 900).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -11,12 +13,10 @@ cd "$root"
 
 DEST="${DEST:-tests/.deps/kafka}"
 libs="$DEST/libs"
-pom="tests/support/kafka/pom.xml"
-version="$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "$pom")"
+pom="${POM:-tests/support/kafka/pom.xml}"
+marker="$libs/.complete-$(sha256sum "$pom" | cut -c1-16)"
 
-if [ -f "$libs/.complete-$version" ] && ls "$libs"/kafka_2.13-"$version".jar >/dev/null 2>&1 \
-   && ls "$libs"/kafka-tools-"$version".jar >/dev/null 2>&1 \
-   && ls "$libs"/kafka-streams-"$version".jar >/dev/null 2>&1; then
+if [ -f "$marker" ]; then
   (cd "$libs" && pwd)
   exit 0
 fi
@@ -46,5 +46,5 @@ if ! timeout "${MVN_TIMEOUT:-900}" mvn -q -B -Dstyle.color=never -f "$pom" \
   rm -rf "$libs"
   exit 1
 fi
-touch "$libs/.complete-$version"
+touch "$marker"
 (cd "$libs" && pwd)
