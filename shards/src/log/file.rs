@@ -289,7 +289,11 @@ impl FileRecords {
     }
 
     /// Starts writeback of the range's dirty pages without waiting for it
-    /// (sync_file_range SYNC_FILE_RANGE_WRITE). Blocking: for the blocking pool.
+    /// (sync_file_range SYNC_FILE_RANGE_WRITE). WAIT_BEFORE first waits out the
+    /// writeback already running on the range's pages: WRITE alone skips a page
+    /// under writeback, so the page an earlier chunk ended in, dirtied again by
+    /// the next append, stayed dirty until the kernel's own flusher (30 s).
+    /// Blocking: for the blocking pool.
     pub fn start_writeback(&self) -> io::Result<()> {
         // SAFETY: a plain syscall on a descriptor this value owns.
         let status = unsafe {
@@ -297,7 +301,7 @@ impl FileRecords {
                 self.fd.as_raw_fd(),
                 self.position as libc::off64_t,
                 self.size_bytes as libc::off64_t,
-                libc::SYNC_FILE_RANGE_WRITE,
+                libc::SYNC_FILE_RANGE_WAIT_BEFORE | libc::SYNC_FILE_RANGE_WRITE,
             )
         };
         if status < 0 {
