@@ -3,6 +3,7 @@
 
 pub mod log;
 pub mod runtime;
+pub mod topic_partition;
 
 #[cfg(test)]
 pub(crate) mod test_support {

@@ -68,13 +68,6 @@ pub fn read_checkpoint_file(path: &Path) -> io::Result<Option<Vec<String>>> {
     Ok(Some(entries))
 }
 
-/// Runs a blocking file operation on the shard's blocking pool.
-pub async fn run_blocking<T: Send + 'static>(
-    work: impl FnOnce() -> io::Result<T> + Send + 'static,
-) -> io::Result<T> {
-    glommio::executor().spawn_blocking(work).await
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,11 +10,12 @@ use std::rc::Rc;
 use tracing::info;
 
 use super::compression::{compress, decompress};
+use super::file_names::{CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX};
 use super::log::rename_segment_files;
 use super::record_batch::{
     RecordBatchBuilder, RecordBatchHeader, RecordIter, TimestampType, RECORD_BATCH_OVERHEAD,
 };
-use super::segment::{AppendedBatch, LogSegment, CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX};
+use super::segment::{AppendedBatch, LogSegment};
 use super::{Log, LogError};
 
 /// Bookkeeping bytes per key in the offset map, on top of the key itself.

@@ -7,8 +7,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use super::checkpoint::{read_checkpoint_file, write_checkpoint_file};
-
-pub const LEADER_EPOCH_CHECKPOINT_FILE: &str = "leader-epoch-checkpoint";
+use super::file_names::LEADER_EPOCH_CHECKPOINT_FILE;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EpochEntry {

@@ -4,15 +4,18 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use glommio::sync::{Permit, Semaphore};
 use tracing::{info, warn};
 
-use super::checkpoint::run_blocking;
+use super::blocking::run_blocking;
 use super::compression::{decompress, recompress, CompressionLevels};
+use super::file_names::{
+    parse_base_offset, segment_file_path, CLEANED_FILE_SUFFIX, DELETE_DIR_SUFFIX,
+    INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX,
+};
 use super::leader_epoch::LeaderEpochFileCache;
 use super::log_dirs::LogDirHealth;
 use super::producer_state::{ProducerStateManager, SequenceCheck};
@@ -20,11 +23,8 @@ use super::record_batch::{
     stamp_batch, validate_produced_batch, AppendStamp, BatchIter, RecordBatchHeader, RecordIter,
     TimestampType, RECORD_BATCH_OVERHEAD,
 };
-use super::segment::{
-    segment_file_path, AppendedBatch, FileSlice, LogSegment, CLEANED_FILE_SUFFIX,
-    INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX,
-};
-use super::{LogConfig, LogError, TimestampPolicy, TopicCompression};
+use super::segment::{AppendedBatch, FileSlice, LogSegment};
+use super::{LogConfig, LogError, TimestampPolicy, TopicCompression, TopicPartition};
 
 /// Takes a one-permit lock. The semaphores are never closed.
 async fn permit(lock: &Semaphore) -> Permit<'_> {
@@ -58,9 +58,6 @@ impl FetchWatch {
     }
 }
 
-/// Suffix of a partition directory being deleted.
-pub const DELETE_DIR_SUFFIX: &str = "-delete";
-
 /// The recovery point and what guards it: flushes and truncations serialize on
 /// `lock`, and a background flush started before a truncation does not move
 /// the recovery point after it.
@@ -68,39 +65,6 @@ struct FlushState {
     lock: Semaphore,
     recovery_point: Cell<i64>,
     truncations: Cell<u64>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct TopicPartition {
-    pub topic: String,
-    pub partition: i32,
-}
-
-impl TopicPartition {
-    pub fn new(topic: impl Into<String>, partition: i32) -> Self {
-        Self {
-            topic: topic.into(),
-            partition,
-        }
-    }
-
-    /// Parses Kafka's partition directory name, `<topic>-<partition>`.
-    pub fn from_dir_name(name: &str) -> Option<Self> {
-        let (topic, partition) = name.rsplit_once('-')?;
-        if topic.is_empty() {
-            return None;
-        }
-        Some(Self::new(
-            topic,
-            partition.parse().ok().filter(|p: &i32| *p >= 0)?,
-        ))
-    }
-}
-
-impl fmt::Display for TopicPartition {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}-{}", self.topic, self.partition)
-    }
 }
 
 /// What an append did, for the produce response. For an idempotent
@@ -1068,15 +1032,6 @@ fn first_record_at_or_after(
         }
     }
     Ok(whole_batch)
-}
-
-/// A segment file's stem: exactly Kafka's 20 digits.
-fn parse_base_offset(stem: &str) -> Option<i64> {
-    if stem.len() == 20 && stem.bytes().all(|b| b.is_ascii_digit()) {
-        stem.parse().ok()
-    } else {
-        None
-    }
 }
 
 /// Finishes a cleaner swap that a crash interrupted: a `.swap` segment replaces

@@ -17,15 +17,11 @@ use std::sync::{Arc, Mutex, OnceLock};
 use tracing::{error, warn};
 
 use super::checkpoint::{read_checkpoint_file, write_checkpoint_file};
-use super::log::DELETE_DIR_SUFFIX;
+use super::file_names::{
+    CLEANER_CHECKPOINT_FILE, CLEAN_SHUTDOWN_FILE, DELETE_DIR_SUFFIX, LOCK_FILE,
+    LOG_START_OFFSET_CHECKPOINT_FILE, RECOVERY_POINT_CHECKPOINT_FILE, REPLICATION_CHECKPOINT_FILE,
+};
 use super::{LogError, TopicPartition};
-
-pub const RECOVERY_POINT_CHECKPOINT_FILE: &str = "recovery-point-offset-checkpoint";
-pub const REPLICATION_CHECKPOINT_FILE: &str = "replication-offset-checkpoint";
-pub const LOG_START_OFFSET_CHECKPOINT_FILE: &str = "log-start-offset-checkpoint";
-pub const CLEANER_CHECKPOINT_FILE: &str = "cleaner-offset-checkpoint";
-pub const CLEAN_SHUTDOWN_FILE: &str = ".kafka_cleanshutdown";
-pub const LOCK_FILE: &str = ".lock";
 
 /// One log directory's health, shared by every log in it. The first I/O error
 /// takes the whole directory offline, as in Kafka; its partitions then answer

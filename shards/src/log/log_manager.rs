@@ -9,12 +9,10 @@ use std::time::Duration;
 
 use tracing::warn;
 
-use super::checkpoint::run_blocking;
-use super::log::DELETE_DIR_SUFFIX;
+use super::blocking::run_blocking;
+use super::file_names::{DELETE_DIR_SUFFIX, PARTITION_METADATA_FILE};
 use super::log_dirs::{LogDirs, PartitionCheckpoint};
 
-/// Kafka's per-partition file naming the topic id the directory belongs to.
-pub const PARTITION_METADATA_FILE: &str = "partition.metadata";
 use super::{wall_clock_ms, Log, LogConfig, LogError, LogOpenParams, TopicPartition};
 
 type PeriodicWork = std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>;

@@ -1,11 +1,13 @@
 //! The partition log: Kafka's on-disk format, written through the shard's io_uring.
 
+mod blocking;
 mod checkpoint;
 mod cleaner;
 mod compression;
 mod config;
 mod error;
 mod file;
+pub mod file_names;
 mod index;
 mod leader_epoch;
 #[allow(clippy::module_inception)]
@@ -24,22 +26,19 @@ pub use config::{
 };
 pub use error::LogError;
 pub use file::{page_cache_stat, FileRecords, PageCacheStat, SegmentFile};
+pub use file_names::{
+    segment_file_path, CLEAN_SHUTDOWN_FILE, INDEX_FILE_SUFFIX, LEADER_EPOCH_CHECKPOINT_FILE,
+    LOCK_FILE, LOG_FILE_SUFFIX, RECOVERY_POINT_CHECKPOINT_FILE, TIME_INDEX_FILE_SUFFIX,
+};
 pub use index::{OffsetPosition, TimestampOffset};
-pub use leader_epoch::{EpochEntry, LeaderEpochFileCache, LEADER_EPOCH_CHECKPOINT_FILE};
-pub use log::{
-    FetchDataInfo, FetchWatch, Log, LogAppendInfo, LogOpenParams, TimestampAndOffset,
-    TopicPartition,
-};
-pub use log_dirs::{
-    LogDir, LogDirHealth, LogDirs, LogDirsError, PartitionCheckpoint, CLEAN_SHUTDOWN_FILE,
-    LOCK_FILE, RECOVERY_POINT_CHECKPOINT_FILE,
-};
+pub use leader_epoch::{EpochEntry, LeaderEpochFileCache};
+pub use log::{FetchDataInfo, FetchWatch, Log, LogAppendInfo, LogOpenParams, TimestampAndOffset};
+pub use log_dirs::{LogDir, LogDirHealth, LogDirs, LogDirsError, PartitionCheckpoint};
 pub use log_manager::{LogManager, LogManagerConfig};
 pub use record_batch::CompressionType;
-pub use segment::{
-    segment_file_path, FileSlice, LogSegment, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX,
-    TIME_INDEX_FILE_SUFFIX,
-};
+pub use segment::{FileSlice, LogSegment};
+
+pub use crate::topic_partition::TopicPartition;
 
 /// Milliseconds since the Unix epoch, the clock Kafka timestamps use.
 pub fn wall_clock_ms() -> i64 {

@@ -9,19 +9,12 @@ use std::rc::Rc;
 use tracing::warn;
 
 use super::file::SegmentFile;
+use super::file_names::{INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX};
 use super::index::{OffsetIndex, OffsetPosition, TimeIndex, TimestampOffset};
 use super::record_batch::{
     validate_batch, BatchIter, RecordBatchHeader, NO_TIMESTAMP, RECORD_BATCH_OVERHEAD,
 };
 use super::LogConfig;
-
-pub const LOG_FILE_SUFFIX: &str = ".log";
-pub const INDEX_FILE_SUFFIX: &str = ".index";
-pub const TIME_INDEX_FILE_SUFFIX: &str = ".timeindex";
-/// Suffix of a segment being written by the cleaner, not yet part of the log.
-pub const CLEANED_FILE_SUFFIX: &str = ".cleaned";
-/// Suffix of a cleaned segment about to replace the segments it was made from.
-pub const SWAP_FILE_SUFFIX: &str = ".swap";
 
 /// Bytes read at a time when walking batch headers.
 const HEADER_SCAN_CHUNK_BYTES: usize = 16 * 1024;
@@ -31,11 +24,6 @@ const INDEX_WRITE_BATCH_ENTRIES: usize = 512;
 const WRITEBACK_CHUNK_BYTES: u64 = 4 * 1024 * 1024;
 /// Bytes read at a time when validating whole batches during recovery.
 const RECOVERY_CHUNK_BYTES: usize = 1024 * 1024;
-
-/// `<dir>/<20-digit base offset><suffix>`, Kafka's naming.
-pub fn segment_file_path(dir: &Path, base_offset: i64, suffix: &str) -> PathBuf {
-    dir.join(format!("{base_offset:020}{suffix}"))
-}
 
 /// A segment file under a stage suffix (`""`, `.cleaned` or `.swap`).
 fn staged_path(dir: &Path, base_offset: i64, suffix: &str, stage: &str) -> PathBuf {
