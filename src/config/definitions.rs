@@ -79,10 +79,9 @@ enum Validator {
 impl Validator {
     fn parse(text: &str) -> Self {
         if let Some((range, extra)) = text.split_once("] or ") {
-            if let (Self::Range { .. }, Ok(extra)) =
-                (Self::parse(&format!("{range}]")), extra.trim().parse())
-            {
-                return Self::RangeOr(Box::new(Self::parse(&format!("{range}]"))), extra);
+            let range = Self::parse(&format!("{range}]"));
+            if let (Self::Range { .. }, Ok(extra)) = (&range, extra.trim().parse()) {
+                return Self::RangeOr(Box::new(range), extra);
             }
         }
         let Some(inner) = text.strip_prefix('[').and_then(|t| t.strip_suffix(']')) else {

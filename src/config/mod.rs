@@ -28,7 +28,6 @@ const BROKER_KEYS: &[&str] = &[
     "log.dir",
     "num.partitions",
     "default.replication.factor",
-    "min.insync.replicas",
     "auto.create.topics.enable",
     "log.retention.check.interval.ms",
     "log.flush.scheduler.interval.ms",
@@ -100,7 +99,6 @@ pub struct BrokerConfig {
     pub metrics_address: Option<SocketAddr>,
     pub num_partitions: i32,
     pub default_replication_factor: i16,
-    pub min_insync_replicas: i32,
     pub auto_create_topics_enable: bool,
     pub socket_request_max_bytes: usize,
     pub max_incremental_fetch_session_cache_slots: usize,
@@ -316,13 +314,6 @@ impl BrokerConfig {
             .map_or(Ok(0), |v| parse("ringbroker.metrics.port", v))?;
         let metrics_address =
             (metrics_port != 0).then(|| SocketAddr::new(listeners[0].address.ip(), metrics_port));
-        let min_insync_replicas =
-            get("min.insync.replicas").map_or(Ok(1), |v| parse("min.insync.replicas", v))?;
-        if min_insync_replicas < 1 {
-            return Err(ConfigError(
-                "invalid value for min.insync.replicas: must be at least 1".into(),
-            ));
-        }
         Ok(Self {
             properties: properties.clone(),
             broker_id: broker_id(&get)?,
@@ -333,7 +324,6 @@ impl BrokerConfig {
             num_partitions: get("num.partitions").map_or(Ok(1), |v| parse("num.partitions", v))?,
             default_replication_factor: get("default.replication.factor")
                 .map_or(Ok(1), |v| parse("default.replication.factor", v))?,
-            min_insync_replicas,
             auto_create_topics_enable: get("auto.create.topics.enable")
                 .map_or(Ok(true), |v| parse("auto.create.topics.enable", v))?,
             socket_request_max_bytes: get("socket.request.max.bytes")
@@ -676,6 +666,8 @@ mod tests {
         .unwrap();
         assert_eq!(config.broker_id, 7);
         assert!(error_of("node.id=7\nbroker.id=8\n").contains("node.id"));
+        // Validated as the topic default it sets.
+        assert!(error_of("min.insync.replicas=0\n").contains("min.insync.replicas"));
     }
 
     #[test]

@@ -44,7 +44,7 @@ impl TopicCounters {
 #[derive(Debug, Clone, PartialEq)]
 pub struct RequestStats {
     pub count: u64,
-    /// Cumulative per bucket of TIME_BUCKETS_MS (not yet summed: per bucket).
+    /// Requests per bucket of TIME_BUCKETS_MS (rendered cumulatively).
     pub time_buckets: Vec<u64>,
     pub time_sum_ms: f64,
     pub errors: BTreeMap<i16, u64>,

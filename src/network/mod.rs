@@ -19,7 +19,7 @@ use tracing::{debug, info, warn};
 
 use crate::config::ListenerConfig;
 use crate::handlers::{handle_request, ConnectionInfo, Outcome};
-use crate::protocol::{error_code, FrameError, FramePart};
+use crate::protocol::{error_code, peek_api, FrameError, FramePart};
 use crate::server::broker::ShardBroker;
 
 /// Scrapers waiting to be accepted by the metrics endpoint.
@@ -423,9 +423,7 @@ async fn serve_connection(
             .await
             .map_err(ConnectionError::Peer)?;
         let received = std::time::Instant::now();
-        let api_key = frame
-            .get(..2)
-            .map_or(-1, |key| i16::from_be_bytes([key[0], key[1]]));
+        let api_key = peek_api(&frame).map_or(-1, |(api_key, _)| api_key);
         let outcome = handle_request(broker, &connection, Bytes::from(frame)).await;
         match outcome {
             Ok(Outcome::Respond(response)) => stream

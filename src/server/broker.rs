@@ -87,6 +87,8 @@ pub struct Leader {
     pub shard: usize,
     pub leader_epoch: i32,
     pub isr_size: usize,
+    /// The topic's `min.insync.replicas` (its override, else the broker's).
+    pub min_insync_replicas: i32,
 }
 
 /// One partition's produce outcome.
@@ -339,8 +341,12 @@ impl ShardBroker {
     /// The partition's leader on this broker, or Kafka's error for why not.
     pub fn route(&self, topic: &str, partition: i32) -> Result<Leader, i16> {
         let image = self.image.borrow();
-        let p = image
-            .partition(topic, partition)
+        let topic = image
+            .topic(topic)
+            .ok_or(error_code::UNKNOWN_TOPIC_OR_PARTITION)?;
+        let p = usize::try_from(partition)
+            .ok()
+            .and_then(|index| topic.partitions.get(index))
             .ok_or(error_code::UNKNOWN_TOPIC_OR_PARTITION)?;
         if p.leader != self.config.broker_id {
             return Err(error_code::NOT_LEADER_OR_FOLLOWER);
@@ -349,6 +355,7 @@ impl ShardBroker {
             shard: p.shard.ok_or(error_code::LEADER_NOT_AVAILABLE)?,
             leader_epoch: p.leader_epoch,
             isr_size: p.isr.len(),
+            min_insync_replicas: topic.log_config.min_insync_replicas,
         })
     }
 
@@ -371,15 +378,7 @@ impl ShardBroker {
             Ok(leader) => leader,
             Err(code) => return AppendResult::error(code, None),
         };
-        // The topic's min.insync.replicas (its override, else the broker's).
-        let min_insync_replicas = self
-            .image
-            .borrow()
-            .topic(topic)
-            .map_or(self.config.min_insync_replicas, |t| {
-                t.log_config.min_insync_replicas
-            });
-        if required_acks == -1 && (leader.isr_size as i32) < min_insync_replicas {
+        if required_acks == -1 && (leader.isr_size as i32) < leader.min_insync_replicas {
             return AppendResult::error(error_code::NOT_ENOUGH_REPLICAS, None);
         }
         let tp = TopicPartition::new(topic, partition);
