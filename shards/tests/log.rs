@@ -90,7 +90,7 @@ fn bad_batches_are_refused_and_nothing_is_written() {
         let last = corrupt.len() - 1;
         corrupt[last] ^= 1;
         let error = log.append_as_leader(corrupt, 0, 1_000).await.unwrap_err();
-        assert_eq!(error.kafka_error_code(), 2, "CORRUPT_MESSAGE");
+        assert_eq!(error.response_error().code(), 2, "CORRUPT_MESSAGE");
 
         let mut bad_crc = batch(2, 2, 10, 1_000);
         bad_crc[CRC_OFFSET] ^= 0xff;
@@ -98,7 +98,8 @@ fn bad_batches_are_refused_and_nothing_is_written() {
             log.append_as_leader(bad_crc, 0, 1_000)
                 .await
                 .unwrap_err()
-                .kafka_error_code(),
+                .response_error()
+                .code(),
             2
         );
 
@@ -107,7 +108,8 @@ fn bad_batches_are_refused_and_nothing_is_written() {
             log.append_as_leader(too_large, 0, 1_000)
                 .await
                 .unwrap_err()
-                .kafka_error_code(),
+                .response_error()
+                .code(),
             10
         );
 
@@ -118,7 +120,8 @@ fn bad_batches_are_refused_and_nothing_is_written() {
             log.append_as_leader(two, 0, 1_000)
                 .await
                 .unwrap_err()
-                .kafka_error_code(),
+                .response_error()
+                .code(),
             87
         );
 
@@ -127,7 +130,8 @@ fn bad_batches_are_refused_and_nothing_is_written() {
             log.append_as_leader(future, 0, 1_000)
                 .await
                 .unwrap_err()
-                .kafka_error_code(),
+                .response_error()
+                .code(),
             32
         );
 
@@ -409,7 +413,8 @@ fn compaction_keeps_the_last_record_per_key_and_never_moves_offsets() {
             log.append_as_leader(keyless.build(), 0, 5_000)
                 .await
                 .unwrap_err()
-                .kafka_error_code(),
+                .response_error()
+                .code(),
             87
         );
 

@@ -309,7 +309,7 @@ fn a_failing_log_dir_goes_offline_and_the_others_keep_serving() {
             }
         }
         assert_eq!(
-            failed.expect("the tmpfs fills up").kafka_error_code(),
+            failed.expect("the tmpfs fills up").response_error().code(),
             56,
             "KAFKA_STORAGE_ERROR"
         );
@@ -319,7 +319,8 @@ fn a_failing_log_dir_goes_offline_and_the_others_keep_serving() {
                 .read(0, 100, 10, true)
                 .await
                 .unwrap_err()
-                .kafka_error_code(),
+                .response_error()
+                .code(),
             56
         );
         for i in 0..20 {
@@ -404,7 +405,7 @@ fn produced_batches_must_fill_their_offset_range() {
         let at = shards::log::record_batch::CRC_OFFSET;
         sparse[at..at + 4].copy_from_slice(&crc.to_be_bytes());
         let error = log.append_as_leader(sparse, 0, 2_000).await.unwrap_err();
-        assert_eq!(error.kafka_error_code(), 87, "INVALID_RECORD");
+        assert_eq!(error.response_error().code(), 87, "INVALID_RECORD");
         assert_eq!(log.log_end_offset(), 0);
     });
 }

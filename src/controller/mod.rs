@@ -18,27 +18,11 @@ use crate::metadata::image::{
     TopicImage,
 };
 use crate::metadata::store::{CreateMode, EmbeddedStore, StoreError, WatchKind};
-use crate::protocol::error_code;
-
-/// A request's failure: Kafka's error code and a message for the client.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ApiError {
-    pub code: i16,
-    pub message: String,
-}
-
-impl ApiError {
-    pub fn new(code: i16, message: impl Into<String>) -> Self {
-        Self {
-            code,
-            message: message.into(),
-        }
-    }
-}
+use crate::protocol::{ApiError, ResponseError};
 
 impl From<StoreError> for ApiError {
     fn from(error: StoreError) -> Self {
-        ApiError::new(error_code::UNKNOWN_SERVER_ERROR, error.to_string())
+        ApiError::new(ResponseError::UnknownServerError, error.to_string())
     }
 }
 
@@ -82,7 +66,7 @@ const MAX_PARTITIONS_PER_TOPIC: i32 = 100_000;
 fn check_partition_count(count: i32) -> Result<(), ApiError> {
     if count > MAX_PARTITIONS_PER_TOPIC {
         return Err(ApiError::new(
-            error_code::INVALID_PARTITIONS,
+            ResponseError::InvalidPartitions,
             format!("{count} partitions exceed the limit of {MAX_PARTITIONS_PER_TOPIC} per topic"),
         ));
     }
@@ -101,7 +85,7 @@ pub fn validate_topic_name(name: &str) -> Result<(), ApiError> {
         Ok(())
     } else {
         Err(ApiError::new(
-            error_code::INVALID_TOPIC_EXCEPTION,
+            ResponseError::InvalidTopicException,
             format!("topic name {name:?} is illegal: up to 249 of [a-zA-Z0-9._-], not '.' or '..'"),
         ))
     }
@@ -118,7 +102,7 @@ fn check_assignments(
     live_brokers: &[i32],
     replication_factor: Option<usize>,
 ) -> Result<(), ApiError> {
-    let invalid = |why: String| Err(ApiError::new(error_code::INVALID_REPLICA_ASSIGNMENT, why));
+    let invalid = |why: String| Err(ApiError::new(ResponseError::InvalidReplicaAssignment, why));
     let factor = replication_factor
         .or(assignments.first().map(Vec::len))
         .unwrap_or(0);
@@ -273,7 +257,7 @@ impl KafkaController {
         validate_topic_name(&topic.name)?;
         if self.store.exists(&topic_path(&topic.name)) {
             return Err(ApiError::new(
-                error_code::TOPIC_ALREADY_EXISTS,
+                ResponseError::TopicAlreadyExists,
                 format!("topic '{}' already exists", topic.name),
             ));
         }
@@ -291,14 +275,14 @@ impl KafkaController {
             };
             if partitions <= 0 {
                 return Err(ApiError::new(
-                    error_code::INVALID_PARTITIONS,
+                    ResponseError::InvalidPartitions,
                     "number of partitions must be larger than 0",
                 ));
             }
             check_partition_count(partitions)?;
             if replication_factor <= 0 || replication_factor as usize > live_brokers {
                 return Err(ApiError::new(
-                    error_code::INVALID_REPLICATION_FACTOR,
+                    ResponseError::InvalidReplicationFactor,
                     format!("replication factor: {replication_factor} larger than available brokers: {live_brokers}"),
                 ));
             }
@@ -308,7 +292,7 @@ impl KafkaController {
         } else {
             if topic.num_partitions != -1 || topic.replication_factor != -1 {
                 return Err(ApiError::new(
-                    error_code::INVALID_REQUEST,
+                    ResponseError::InvalidRequest,
                     "both replica assignment and partitions/replication factor were given",
                 ));
             }
@@ -401,7 +385,7 @@ impl KafkaController {
         validate_topic_name(topic)?;
         if !self.store.exists(&topic_path(topic)) {
             return Err(ApiError::new(
-                error_code::UNKNOWN_TOPIC_OR_PARTITION,
+                ResponseError::UnknownTopicOrPartition,
                 format!("topic '{topic}' does not exist"),
             ));
         }
@@ -466,12 +450,12 @@ impl KafkaController {
         self.existing_topic(topic)?;
         let (data, version) = self.store.get(&topic_path(topic)).unwrap_or_default();
         let mut assignment: Value = serde_json::from_slice(&data)
-            .map_err(|e| ApiError::new(error_code::UNKNOWN_SERVER_ERROR, e.to_string()))?;
+            .map_err(|e| ApiError::new(ResponseError::UnknownServerError, e.to_string()))?;
         let current = assignment["partitions"].as_object().map_or(0, |p| p.len());
         check_partition_count(count)?;
         if count <= 0 || count as usize <= current {
             return Err(ApiError::new(
-                error_code::INVALID_PARTITIONS,
+                ResponseError::InvalidPartitions,
                 format!(
                     "topic currently has {current} partitions, {count} would not be an increase"
                 ),
@@ -484,7 +468,7 @@ impl KafkaController {
             Some(explicit) => {
                 if explicit.len() != count as usize - current {
                     return Err(ApiError::new(
-                        error_code::INVALID_REPLICA_ASSIGNMENT,
+                        ResponseError::InvalidReplicaAssignment,
                         "assignment count does not match the new partitions",
                     ));
                 }
@@ -578,7 +562,7 @@ impl KafkaController {
             let (start, version) = match self.store.get(PRODUCER_ID_BLOCK_PATH) {
                 Some((data, version)) => {
                     let block: Value = serde_json::from_slice(&data).map_err(|e| {
-                        ApiError::new(error_code::UNKNOWN_SERVER_ERROR, e.to_string())
+                        ApiError::new(ResponseError::UnknownServerError, e.to_string())
                     })?;
                     let end: i64 = block["block_end"]
                         .as_str()
@@ -706,7 +690,7 @@ fn alter_list_config(
         .filter(|definition| definition.config_type == ConfigType::List)
         .ok_or_else(|| {
             ApiError::new(
-                error_code::INVALID_CONFIG,
+                ResponseError::InvalidConfig,
                 format!("Config value {verb} is not allowed for config key: {key}"),
             )
         })?;
@@ -730,7 +714,7 @@ fn alter_list_config(
 /// and validator accept, with Kafka's messages) and applies it to `log_config`
 /// where this broker acts on the key; the others are kept and described only.
 fn apply_topic_config(log_config: &mut LogConfig, key: &str, value: &str) -> Result<(), ApiError> {
-    let invalid = |why: String| ApiError::new(error_code::INVALID_CONFIG, why);
+    let invalid = |why: String| ApiError::new(ResponseError::InvalidConfig, why);
     let definition = kafka_config_defs()
         .topic
         .get(key)
@@ -876,8 +860,8 @@ mod tests {
             c.create_topics(&[topic], false)[0]
                 .as_ref()
                 .unwrap_err()
-                .code,
-            error_code::TOPIC_ALREADY_EXISTS
+                .error,
+            ResponseError::TopicAlreadyExists
         );
         let bad = NewTopic {
             name: "bad/name".into(),
@@ -886,8 +870,11 @@ mod tests {
             ..NewTopic::default()
         };
         assert_eq!(
-            c.create_topics(&[bad], false)[0].as_ref().unwrap_err().code,
-            error_code::INVALID_TOPIC_EXCEPTION
+            c.create_topics(&[bad], false)[0]
+                .as_ref()
+                .unwrap_err()
+                .error,
+            ResponseError::InvalidTopicException
         );
         let too_many = NewTopic {
             name: "rf".into(),
@@ -899,8 +886,8 @@ mod tests {
             c.create_topics(&[too_many], false)[0]
                 .as_ref()
                 .unwrap_err()
-                .code,
-            error_code::INVALID_REPLICATION_FACTOR
+                .error,
+            ResponseError::InvalidReplicationFactor
         );
         let bad_config = NewTopic {
             name: "cfg".into(),
@@ -913,8 +900,8 @@ mod tests {
             c.create_topics(&[bad_config], false)[0]
                 .as_ref()
                 .unwrap_err()
-                .code,
-            error_code::INVALID_CONFIG
+                .error,
+            ResponseError::InvalidConfig
         );
 
         let state: Value = serde_json::from_slice(
@@ -931,29 +918,29 @@ mod tests {
         assert_eq!(
             c.create_partitions("orders", 4, None, false)
                 .unwrap_err()
-                .code,
-            error_code::INVALID_PARTITIONS
+                .error,
+            ResponseError::InvalidPartitions
         );
         assert_eq!(
             c.create_partitions("orders", i32::MAX, None, false)
                 .unwrap_err()
-                .code,
-            error_code::INVALID_PARTITIONS,
+                .error,
+            ResponseError::InvalidPartitions,
             "no unbounded allocation from a request"
         );
         for bad in [vec![vec![]], vec![vec![7]], vec![vec![0, 0]]] {
             assert_eq!(
                 c.create_partitions("orders", 6, Some(bad), false)
                     .unwrap_err()
-                    .code,
-                error_code::INVALID_REPLICA_ASSIGNMENT
+                    .error,
+                ResponseError::InvalidReplicaAssignment
             );
         }
         assert_eq!(
             c.alter_topic_config("orders/partitions", &[], false, false)
                 .unwrap_err()
-                .code,
-            error_code::INVALID_TOPIC_EXCEPTION,
+                .error,
+            ResponseError::InvalidTopicException,
             "names become znode paths: never a path"
         );
         c.alter_topic_config(
@@ -974,8 +961,8 @@ mod tests {
             c.delete_topics(&["orders".into(), "nope".into()])[1]
                 .as_ref()
                 .unwrap_err()
-                .code,
-            error_code::UNKNOWN_TOPIC_OR_PARTITION
+                .error,
+            ResponseError::UnknownTopicOrPartition
         );
         assert!(c.build_image(2).topic("orders").is_none());
         assert!(c.store.children("/admin/delete_topics").unwrap().is_empty());

@@ -7,8 +7,8 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use super::{RequestContext, RESOURCE_TYPE_TOPIC};
-use crate::controller::{ApiError, ConfigOp};
-use crate::protocol::error_code;
+use crate::controller::ConfigOp;
+use crate::protocol::{ApiError, ResponseError};
 
 type Changes = Vec<(String, ConfigOp, Option<String>)>;
 
@@ -33,13 +33,13 @@ async fn alter_all(
             }
             (RESOURCE_TYPE_TOPIC, Err(error)) => Err(error),
             _ => Err(ApiError::new(
-                error_code::INVALID_REQUEST,
+                ResponseError::InvalidRequest,
                 "only topic configs can be altered",
             )),
         };
         let (code, message) = match result {
-            Ok(()) => (error_code::NONE, None),
-            Err(error) => (error.code, Some(StrBytes::from_string(error.message))),
+            Ok(()) => (0, None),
+            Err(error) => (error.code(), Some(StrBytes::from_string(error.message))),
         };
         outcomes.push((resource_type, name, code, message));
     }
@@ -105,7 +105,7 @@ pub async fn handle_incremental(
                         3 => ConfigOp::Subtract,
                         other => {
                             return Err(ApiError::new(
-                                error_code::INVALID_REQUEST,
+                                ResponseError::InvalidRequest,
                                 format!("Unknown alter configs operation type {other}"),
                             ))
                         }

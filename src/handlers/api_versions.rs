@@ -4,7 +4,7 @@ use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
 
 use super::{RequestContext, SUPPORTED_APIS};
-use crate::protocol::error_code;
+use crate::protocol::ResponseError;
 
 fn api_keys() -> Vec<ApiVersion> {
     SUPPORTED_APIS
@@ -24,12 +24,12 @@ pub async fn handle(
     _version: i16,
 ) -> ApiVersionsResponse {
     ApiVersionsResponse::default()
-        .with_error_code(error_code::NONE)
+        .with_error_code(0)
         .with_api_keys(api_keys())
 }
 
 pub fn unsupported_version() -> ApiVersionsResponse {
     ApiVersionsResponse::default()
-        .with_error_code(error_code::UNSUPPORTED_VERSION)
+        .with_error_code(ResponseError::UnsupportedVersion.code())
         .with_api_keys(api_keys())
 }

@@ -5,7 +5,6 @@ use kafka_protocol::messages::{CreatePartitionsRequest, CreatePartitionsResponse
 use kafka_protocol::protocol::StrBytes;
 
 use super::RequestContext;
-use crate::protocol::error_code;
 
 pub async fn handle(
     ctx: &RequestContext,
@@ -31,9 +30,9 @@ pub async fn handle(
             .await;
         let response = CreatePartitionsTopicResult::default().with_name(topic.name);
         results.push(match result {
-            Ok(()) => response.with_error_code(error_code::NONE),
+            Ok(()) => response.with_error_code(0),
             Err(error) => response
-                .with_error_code(error.code)
+                .with_error_code(error.code())
                 .with_error_message(Some(StrBytes::from_string(error.message))),
         });
     }

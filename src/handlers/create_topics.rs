@@ -6,7 +6,6 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::RequestContext;
 use crate::controller::NewTopic;
-use crate::protocol::error_code;
 
 pub async fn handle(
     ctx: &RequestContext,
@@ -58,7 +57,7 @@ pub async fn handle(
             let mut response = CreatableTopicResult::default().with_name(topic.name.clone());
             match result {
                 Ok((partitions, replication_factor)) => {
-                    response = response.with_error_code(error_code::NONE);
+                    response = response.with_error_code(0);
                     if version >= 5 {
                         response = response
                             .with_num_partitions(partitions)
@@ -71,7 +70,7 @@ pub async fn handle(
                     }
                 }
                 Err(error) => {
-                    response = response.with_error_code(error.code);
+                    response = response.with_error_code(error.code());
                     if version >= 1 {
                         response =
                             response.with_error_message(Some(StrBytes::from_string(error.message)));

@@ -9,7 +9,7 @@ use kafka_protocol::messages::delete_records_response::{
 use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
 
 use super::RequestContext;
-use crate::protocol::error_code;
+use crate::protocol::ErrorCode;
 
 pub async fn handle(
     ctx: &RequestContext,
@@ -21,19 +21,15 @@ pub async fn handle(
         let name = topic.name.0.to_string();
         let mut partitions = Vec::with_capacity(topic.partitions.len());
         for p in topic.partitions {
-            let (low_watermark, code) = match ctx
+            let deleted = ctx
                 .broker
                 .delete_records(&name, p.partition_index, p.offset)
-                .await
-            {
-                Ok(low_watermark) => (low_watermark, error_code::NONE),
-                Err(code) => (-1, code),
-            };
+                .await;
             partitions.push(
                 DeleteRecordsPartitionResult::default()
                     .with_partition_index(p.partition_index)
-                    .with_low_watermark(low_watermark)
-                    .with_error_code(code),
+                    .with_low_watermark(*deleted.as_ref().unwrap_or(&-1))
+                    .with_error_code(deleted.error_code()),
             );
         }
         topics.push(

@@ -5,7 +5,6 @@ use kafka_protocol::messages::{DeleteTopicsRequest, DeleteTopicsResponse, TopicN
 use kafka_protocol::protocol::StrBytes;
 
 use super::RequestContext;
-use crate::protocol::error_code;
 
 pub async fn handle(
     ctx: &RequestContext,
@@ -59,9 +58,9 @@ pub async fn handle(
                 response = response.with_topic_id(id);
             }
             match result {
-                Ok(()) => response.with_error_code(error_code::NONE),
+                Ok(()) => response.with_error_code(0),
                 Err(error) => {
-                    let response = response.with_error_code(error.code);
+                    let response = response.with_error_code(error.code());
                     if version >= 5 {
                         response.with_error_message(Some(StrBytes::from_string(error.message)))
                     } else {

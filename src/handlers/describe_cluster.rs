@@ -5,7 +5,6 @@ use kafka_protocol::messages::{BrokerId, DescribeClusterRequest, DescribeCluster
 use kafka_protocol::protocol::StrBytes;
 
 use super::RequestContext;
-use crate::protocol::error_code;
 
 pub async fn handle(
     ctx: &RequestContext,
@@ -23,7 +22,7 @@ pub async fn handle(
         })
         .collect();
     DescribeClusterResponse::default()
-        .with_error_code(error_code::NONE)
+        .with_error_code(0)
         .with_cluster_id(StrBytes::from_string(image.cluster_id.clone()))
         .with_controller_id(BrokerId(image.controller_id))
         .with_brokers(brokers)

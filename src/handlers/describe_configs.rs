@@ -10,7 +10,7 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::{RequestContext, RESOURCE_TYPE_BROKER, RESOURCE_TYPE_TOPIC};
 use crate::config::describe::{broker_entries, topic_entries, ConfigEntry};
-use crate::protocol::error_code;
+use crate::protocol::{ApiError, ResponseError};
 
 fn encode(
     entry: ConfigEntry,
@@ -72,8 +72,8 @@ pub async fn handle(
                         properties,
                         wanted,
                     )),
-                    None => Err((
-                        error_code::UNKNOWN_TOPIC_OR_PARTITION,
+                    None => Err(ApiError::new(
+                        ResponseError::UnknownTopicOrPartition,
                         format!("topic '{name}' does not exist"),
                     )),
                 },
@@ -83,33 +83,33 @@ pub async fn handle(
                     Ok(id) if id == ctx.broker.config.broker_id => {
                         Ok(broker_entries(properties, wanted))
                     }
-                    Ok(id) => Err((
-                        error_code::INVALID_REQUEST,
+                    Ok(id) => Err(ApiError::new(
+                        ResponseError::InvalidRequest,
                         format!(
                             "Unexpected broker id, expected {} or empty string, but received {id}",
                             ctx.broker.config.broker_id
                         ),
                     )),
-                    Err(_) => Err((
-                        error_code::INVALID_REQUEST,
+                    Err(_) => Err(ApiError::new(
+                        ResponseError::InvalidRequest,
                         format!("Broker id must be an integer, but it is: {name}"),
                     )),
                 },
-                other => Err((
-                    error_code::INVALID_REQUEST,
+                other => Err(ApiError::new(
+                    ResponseError::InvalidRequest,
                     format!("Unsupported resource type: {other}"),
                 )),
             };
             match entries {
-                Ok(entries) => result.with_error_code(error_code::NONE).with_configs(
+                Ok(entries) => result.with_configs(
                     entries
                         .into_iter()
                         .map(|entry| encode(entry, synonyms, documentation))
                         .collect(),
                 ),
-                Err((code, message)) => result
-                    .with_error_code(code)
-                    .with_error_message(Some(StrBytes::from_string(message))),
+                Err(error) => result
+                    .with_error_code(error.code())
+                    .with_error_message(Some(StrBytes::from_string(error.message))),
             }
         })
         .collect();

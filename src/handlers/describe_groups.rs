@@ -24,7 +24,7 @@ pub async fn handle(
             .and_then(|summary| summary);
         let described = DescribedGroup::default().with_group_id(group_id);
         groups.push(match summary {
-            Err(code) => described.with_error_code(code),
+            Err(code) => described.with_error_code(code.code()),
             Ok(summary) => described
                 .with_group_state(StrBytes::from_static_str(summary.state.name()))
                 .with_protocol_type(StrBytes::from_string(summary.protocol_type))

@@ -11,7 +11,7 @@ use kafka_protocol::messages::{DescribeLogDirsRequest, DescribeLogDirsResponse, 
 use kafka_protocol::protocol::StrBytes;
 
 use super::RequestContext;
-use crate::protocol::error_code;
+use crate::protocol::ResponseError;
 use crate::server::broker::ShardBroker;
 
 /// (directory, topic, partition, size in bytes) of every log a shard owns.
@@ -96,9 +96,9 @@ pub async fn handle(
                 })
                 .collect();
             let code = if dir.health.is_offline() {
-                error_code::KAFKA_STORAGE_ERROR
+                ResponseError::KafkaStorageError.code()
             } else {
-                error_code::NONE
+                0
             };
             let mut result = DescribeLogDirsResult::default()
                 .with_error_code(code)
@@ -112,6 +112,6 @@ pub async fn handle(
         })
         .collect();
     DescribeLogDirsResponse::default()
-        .with_error_code(error_code::NONE)
+        .with_error_code(0)
         .with_results(results)
 }

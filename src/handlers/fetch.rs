@@ -16,7 +16,7 @@ use kafka_protocol::protocol::StrBytes;
 use shards::log::TopicPartition;
 
 use super::RequestContext;
-use crate::protocol::{error_code, Records};
+use crate::protocol::{ErrorCode, Records, ResponseError};
 use crate::server::broker::ReadResult;
 use crate::server::fetch_session::{next_epoch, CachedPartition, SessionKey};
 
@@ -155,7 +155,7 @@ pub async fn handle(
             .zip(&limits)
             .map(|(((name, partition), cached), limit)| {
                 if name.is_empty() {
-                    Either::Left(ready(ReadResult::error(error_code::UNKNOWN_TOPIC_ID)))
+                    Either::Left(ready(ReadResult::error(ResponseError::UnknownTopicId)))
                 } else {
                     Either::Right(ctx.broker.read(
                         name,
@@ -180,7 +180,7 @@ pub async fn handle(
                 total_bytes += size;
                 budget = budget.saturating_sub(size);
             }
-            any_error |= result.error_code != error_code::NONE;
+            any_error |= result.error.is_some();
             results.push(result);
         }
         let satisfied =
@@ -229,7 +229,7 @@ pub async fn handle(
                 for (index, ((key, _), result)) in targets.iter().zip(&results).enumerate() {
                     if let Some(cached) = session.partitions.get_mut(key) {
                         let changed = result.records.as_ref().is_some_and(|r| r.size_bytes() > 0)
-                            || result.error_code != error_code::NONE
+                            || result.error.is_some()
                             || result.high_watermark != cached.high_watermark
                             || result.last_stable_offset != cached.last_stable_offset
                             || result.log_start_offset != cached.log_start_offset;
@@ -257,7 +257,7 @@ pub async fn handle(
         );
         let mut data = PartitionData::default()
             .with_partition_index(*partition)
-            .with_error_code(result.error_code)
+            .with_error_code(result.error.error_code())
             .with_high_watermark(result.high_watermark)
             .with_last_stable_offset(result.last_stable_offset)
             .with_log_start_offset(result.log_start_offset)

@@ -8,7 +8,7 @@ use kafka_protocol::protocol::StrBytes;
 use super::RequestContext;
 use crate::controller::NewTopic;
 use crate::coordinator::group::{partition_for, GROUP_METADATA_TOPIC_NAME};
-use crate::protocol::error_code;
+use crate::protocol::{ApiError, ResponseError};
 
 const KEY_TYPE_GROUP: i8 = 0;
 
@@ -27,8 +27,8 @@ pub async fn handle(
         let found = if request.key_type == KEY_TYPE_GROUP {
             find_group_coordinator(ctx, &key).await
         } else {
-            Err((
-                error_code::INVALID_REQUEST,
+            Err(ApiError::new(
+                ResponseError::InvalidRequest,
                 "only group coordinators exist here (no transactions, no share groups)",
             ))
         };
@@ -38,11 +38,11 @@ pub async fn handle(
                 .with_node_id(BrokerId(node_id))
                 .with_host(StrBytes::from_string(host))
                 .with_port(port),
-            Err((code, message)) => coordinator
+            Err(error) => coordinator
                 .with_node_id(BrokerId(-1))
                 .with_port(-1)
-                .with_error_code(code)
-                .with_error_message(Some(StrBytes::from_static_str(message))),
+                .with_error_code(error.code())
+                .with_error_message(Some(StrBytes::from_string(error.message))),
         });
     }
     if version >= 4 {
@@ -64,7 +64,7 @@ pub async fn handle(
 async fn find_group_coordinator(
     ctx: &RequestContext,
     group_id: &str,
-) -> Result<(i32, String, i32), (i16, &'static str)> {
+) -> Result<(i32, String, i32), ApiError> {
     let config = &ctx.broker.config;
     if ctx
         .broker
@@ -94,31 +94,40 @@ async fn find_group_coordinator(
             .await;
         match created.into_iter().next() {
             Some(Ok(_)) => {}
-            Some(Err(error)) if error.code == error_code::TOPIC_ALREADY_EXISTS => {}
+            Some(Err(error)) if error.error == ResponseError::TopicAlreadyExists => {}
             Some(Err(error)) => {
                 tracing::warn!(error = %error.message, "cannot create __consumer_offsets");
-                return Err((
-                    error_code::COORDINATOR_NOT_AVAILABLE,
+                return Err(ApiError::new(
+                ResponseError::CoordinatorNotAvailable,
                     "__consumer_offsets cannot be created (offsets.topic.replication.factor above the live brokers?)",
                 ));
             }
-            None => return Err((error_code::COORDINATOR_NOT_AVAILABLE, "no answer")),
+            None => {
+                return Err(ApiError::new(
+                    ResponseError::CoordinatorNotAvailable,
+                    "no answer",
+                ))
+            }
         }
     }
     let image = ctx.broker.image();
-    let topic = image.topic(GROUP_METADATA_TOPIC_NAME).ok_or((
-        error_code::COORDINATOR_NOT_AVAILABLE,
-        "__consumer_offsets is not ready",
-    ))?;
+    let topic = image.topic(GROUP_METADATA_TOPIC_NAME).ok_or_else(|| {
+        ApiError::new(
+            ResponseError::CoordinatorNotAvailable,
+            "__consumer_offsets is not ready",
+        )
+    })?;
     let partition = partition_for(group_id, topic.partitions.len() as i32);
     let leader = topic.partitions[partition as usize].leader;
     let endpoint = image
         .brokers
         .get(&leader)
         .and_then(|broker| broker.endpoint(&ctx.listener_name))
-        .ok_or((
-            error_code::COORDINATOR_NOT_AVAILABLE,
-            "the coordinator has no leader on this listener",
-        ))?;
+        .ok_or_else(|| {
+            ApiError::new(
+                ResponseError::CoordinatorNotAvailable,
+                "the coordinator has no leader on this listener",
+            )
+        })?;
     Ok((leader, endpoint.host.clone(), i32::from(endpoint.port)))
 }

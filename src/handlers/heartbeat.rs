@@ -4,6 +4,7 @@
 use kafka_protocol::messages::{HeartbeatRequest, HeartbeatResponse};
 
 use super::RequestContext;
+use crate::protocol::ErrorCode;
 
 pub async fn handle(
     ctx: &RequestContext,
@@ -11,7 +12,7 @@ pub async fn handle(
     _version: i16,
 ) -> HeartbeatResponse {
     let group_id = request.group_id.to_string();
-    let code = ctx
+    let outcome = ctx
         .broker
         .on_group_coordinator(&group_id, move |groups, partition| async move {
             groups.heartbeat(
@@ -23,6 +24,6 @@ pub async fn handle(
             )
         })
         .await
-        .unwrap_or_else(|code| code);
-    HeartbeatResponse::default().with_error_code(code)
+        .and_then(|outcome| outcome);
+    HeartbeatResponse::default().with_error_code(outcome.error_code())
 }

@@ -4,7 +4,7 @@
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
 
 use super::RequestContext;
-use crate::protocol::error_code;
+use crate::protocol::ResponseError;
 
 pub async fn handle(
     ctx: &RequestContext,
@@ -15,15 +15,15 @@ pub async fn handle(
         .with_producer_id(ProducerId(-1))
         .with_producer_epoch(-1);
     if request.transactional_id.is_some() {
-        return response.with_error_code(error_code::INVALID_REQUEST);
+        return response.with_error_code(ResponseError::InvalidRequest.code());
     }
     // Without a transactional id, Kafka ignores any id and epoch the producer
     // names (KIP-360 bumps need a transaction coordinator) and hands out a new id.
     match ctx.broker.control.allocate_producer_id().await {
         Ok(id) => response
-            .with_error_code(error_code::NONE)
+            .with_error_code(0)
             .with_producer_id(ProducerId(id))
             .with_producer_epoch(0),
-        Err(error) => response.with_error_code(error.code),
+        Err(error) => response.with_error_code(error.code()),
     }
 }

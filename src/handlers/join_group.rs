@@ -28,7 +28,7 @@ pub async fn handle(
         .await
         .unwrap_or_else(|code| {
             JoinGroupResponse::default()
-                .with_error_code(code)
+                .with_error_code(code.code())
                 .with_member_id(member_id)
         });
     // Before v7 the protocol name is a non-null string.

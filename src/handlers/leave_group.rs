@@ -5,7 +5,7 @@ use kafka_protocol::messages::{LeaveGroupRequest, LeaveGroupResponse};
 
 use super::RequestContext;
 use crate::coordinator::group::LeavingMember;
-use crate::protocol::error_code;
+use crate::protocol::ErrorCode;
 
 pub async fn handle(
     ctx: &RequestContext,
@@ -33,7 +33,7 @@ pub async fn handle(
         }]
     };
     let group_id = request.group_id.to_string();
-    let (code, member_codes) =
+    let left =
         ctx.broker
             .on_group_coordinator(&group_id, {
                 let group_id = group_id.clone();
@@ -42,15 +42,17 @@ pub async fn handle(
                 }
             })
             .await
-            .unwrap_or_else(|code| (code, Vec::new()));
+            .and_then(|left| left);
     if version < 3 {
         // One member: its error is the response's.
-        let code = match code {
-            error_code::NONE => member_codes.first().copied().unwrap_or(code),
-            code => code,
+        let code = match &left {
+            Ok(members) => members.first().map_or(0, ErrorCode::error_code),
+            Err(error) => error.code(),
         };
         return LeaveGroupResponse::default().with_error_code(code);
     }
+    let code = left.error_code();
+    let member_codes = left.unwrap_or_default();
     let members = identities
         .into_iter()
         .zip(member_codes)
@@ -58,7 +60,7 @@ pub async fn handle(
             MemberResponse::default()
                 .with_member_id(identity.member_id)
                 .with_group_instance_id(identity.group_instance_id)
-                .with_error_code(code)
+                .with_error_code(code.error_code())
         })
         .collect();
     LeaveGroupResponse::default()

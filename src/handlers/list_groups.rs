@@ -6,7 +6,7 @@ use kafka_protocol::messages::{GroupId, ListGroupsRequest, ListGroupsResponse};
 use kafka_protocol::protocol::StrBytes;
 
 use super::RequestContext;
-use crate::protocol::error_code;
+use crate::protocol::{ErrorCode, ResponseError};
 
 const CLASSIC_GROUP_TYPE: &str = "classic";
 
@@ -17,7 +17,7 @@ pub async fn handle(
 ) -> ListGroupsResponse {
     let broker = &ctx.broker;
     let mut listed = Vec::new();
-    let mut code = error_code::NONE;
+    let mut code = None;
     for shard in 0..broker.mesh().nr_shards() {
         let summaries = broker
             .mesh()
@@ -25,10 +25,10 @@ pub async fn handle(
                 broker.groups.list_groups()
             })
             .await
-            .unwrap_or(Err(error_code::COORDINATOR_NOT_AVAILABLE));
+            .unwrap_or(Err(ResponseError::CoordinatorNotAvailable));
         match summaries {
             Ok(summaries) => listed.extend(summaries),
-            Err(error) => code = error,
+            Err(error) => code = Some(error),
         }
     }
     let type_ok = request.types_filter.is_empty()
@@ -63,6 +63,6 @@ pub async fn handle(
         })
         .collect();
     ListGroupsResponse::default()
-        .with_error_code(code)
+        .with_error_code(code.error_code())
         .with_groups(groups)
 }

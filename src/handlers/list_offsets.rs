@@ -7,7 +7,6 @@ use kafka_protocol::messages::list_offsets_response::{
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 
 use super::RequestContext;
-use crate::protocol::error_code;
 
 pub async fn handle(
     ctx: &RequestContext,
@@ -27,10 +26,7 @@ pub async fn handle(
                 .await
             {
                 Ok((timestamp, offset, leader_epoch)) => {
-                    let response = response
-                        .with_error_code(error_code::NONE)
-                        .with_timestamp(timestamp)
-                        .with_offset(offset);
+                    let response = response.with_timestamp(timestamp).with_offset(offset);
                     if version >= 4 {
                         response.with_leader_epoch(leader_epoch)
                     } else {
@@ -38,7 +34,7 @@ pub async fn handle(
                     }
                 }
                 Err(code) => response
-                    .with_error_code(code)
+                    .with_error_code(code.code())
                     .with_timestamp(-1)
                     .with_offset(-1),
             };

@@ -10,7 +10,7 @@ use kafka_protocol::protocol::StrBytes;
 use super::RequestContext;
 use crate::controller::{validate_topic_name, NewTopic};
 use crate::metadata::image::{MetadataImage, TopicImage};
-use crate::protocol::error_code;
+use crate::protocol::ResponseError;
 
 /// Kafka's internal topics.
 const INTERNAL_TOPICS: &[&str] = &["__consumer_offsets", "__transaction_state"];
@@ -77,9 +77,9 @@ pub async fn handle(
                 Some(topic) => topic_response(&image, topic, version),
                 None => {
                     let code = if validate_topic_name(name).is_ok() {
-                        error_code::UNKNOWN_TOPIC_OR_PARTITION
+                        ResponseError::UnknownTopicOrPartition.code()
                     } else {
-                        error_code::INVALID_TOPIC_EXCEPTION
+                        ResponseError::InvalidTopicException.code()
                     };
                     MetadataResponseTopic::default()
                         .with_error_code(code)
@@ -120,7 +120,7 @@ fn topic_response(
         .enumerate()
         .map(|(index, p)| {
             let mut partition = MetadataResponsePartition::default()
-                .with_error_code(error_code::NONE)
+                .with_error_code(0)
                 .with_partition_index(index as i32)
                 .with_leader_id(BrokerId(p.leader))
                 .with_replica_nodes(p.replicas.iter().map(|r| BrokerId(*r)).collect())
@@ -132,7 +132,7 @@ fn topic_response(
         })
         .collect();
     let mut response = MetadataResponseTopic::default()
-        .with_error_code(error_code::NONE)
+        .with_error_code(0)
         .with_name(Some(TopicName(StrBytes::from_string(topic.name.clone()))))
         .with_partitions(partitions);
     if version >= 10 {

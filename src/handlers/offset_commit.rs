@@ -8,7 +8,7 @@ use kafka_protocol::messages::{OffsetCommitRequest, OffsetCommitResponse};
 
 use super::RequestContext;
 use crate::coordinator::group::{CommitParams, OffsetToCommit};
-use crate::protocol::error_code;
+use crate::protocol::{ErrorCode, ResponseError};
 
 pub async fn handle(
     ctx: &RequestContext,
@@ -58,7 +58,7 @@ pub async fn handle(
             }
         })
         .await
-        .unwrap_or_else(|code| vec![code; count])
+        .unwrap_or_else(|code| vec![Err(code); count])
         .into_iter();
     let topics = request
         .topics
@@ -69,9 +69,11 @@ pub async fn handle(
                 .iter()
                 .map(|p| {
                     let code = if known(&topic.name, p.partition_index) {
-                        codes.next().unwrap_or(error_code::UNKNOWN_SERVER_ERROR)
+                        codes
+                            .next()
+                            .map_or(ResponseError::UnknownServerError.code(), |c| c.error_code())
                     } else {
-                        error_code::UNKNOWN_TOPIC_OR_PARTITION
+                        ResponseError::UnknownTopicOrPartition.code()
                     };
                     OffsetCommitResponsePartition::default()
                         .with_partition_index(p.partition_index)

@@ -7,7 +7,7 @@ use kafka_protocol::messages::offset_delete_response::{
 use kafka_protocol::messages::{OffsetDeleteRequest, OffsetDeleteResponse};
 
 use super::RequestContext;
-use crate::protocol::error_code;
+use crate::protocol::{ErrorCode, ResponseError};
 
 pub async fn handle(
     ctx: &RequestContext,
@@ -27,7 +27,7 @@ pub async fn handle(
         .filter(|(topic, partition)| known(topic, *partition))
         .collect();
     let group_id = request.group_id.to_string();
-    let (code, codes) = ctx
+    let deleted = ctx
         .broker
         .on_group_coordinator(&group_id, {
             let group_id = group_id.clone();
@@ -38,11 +38,11 @@ pub async fn handle(
             }
         })
         .await
-        .unwrap_or_else(|code| (code, Vec::new()));
-    if code != error_code::NONE {
-        return OffsetDeleteResponse::default().with_error_code(code);
-    }
-    let mut codes = codes.into_iter();
+        .and_then(|deleted| deleted);
+    let mut codes = match deleted {
+        Ok(codes) => codes.into_iter(),
+        Err(error) => return OffsetDeleteResponse::default().with_error_code(error.code()),
+    };
     let topics = request
         .topics
         .into_iter()
@@ -52,9 +52,11 @@ pub async fn handle(
                 .iter()
                 .map(|p| {
                     let code = if known(&topic.name, p.partition_index) {
-                        codes.next().unwrap_or(error_code::UNKNOWN_SERVER_ERROR)
+                        codes
+                            .next()
+                            .map_or(ResponseError::UnknownServerError.code(), |c| c.error_code())
                     } else {
-                        error_code::UNKNOWN_TOPIC_OR_PARTITION
+                        ResponseError::UnknownTopicOrPartition.code()
                     };
                     OffsetDeleteResponsePartition::default()
                         .with_partition_index(p.partition_index)

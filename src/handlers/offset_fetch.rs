@@ -10,13 +10,13 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::RequestContext;
 use crate::coordinator::group::{FetchedOffset, FetchedOffsets as Fetched};
-use crate::protocol::error_code;
+use crate::protocol::ResponseError;
 
 async fn fetch_group(
     ctx: &RequestContext,
     group_id: String,
     partitions: Option<Vec<(String, i32)>>,
-) -> Result<Fetched, i16> {
+) -> Result<Fetched, ResponseError> {
     ctx.broker
         .on_group_coordinator(&group_id.clone(), move |groups, partition| async move {
             groups.fetch_offsets(partition, &group_id, partitions)
@@ -59,7 +59,7 @@ pub async fn handle(
             let fetched = fetch_group(ctx, group.group_id.to_string(), partitions).await;
             let response = OffsetFetchResponseGroup::default().with_group_id(group.group_id);
             groups.push(match fetched {
-                Err(code) => response.with_error_code(code),
+                Err(code) => response.with_error_code(code.code()),
                 Ok(fetched) => response.with_topics(
                     by_topic(fetched)
                         .into_iter()
@@ -95,10 +95,10 @@ pub async fn handle(
     });
     let group_id: GroupId = request.group_id;
     let (code, fetched) = match fetch_group(ctx, group_id.to_string(), requested.clone()).await {
-        Ok(fetched) => (error_code::NONE, fetched),
+        Ok(fetched) => (0, fetched),
         // v1 has no group-level error: each partition carries it.
-        Err(code) => (
-            code,
+        Err(error) => (
+            error.code(),
             requested
                 .unwrap_or_default()
                 .into_iter()
@@ -115,7 +115,7 @@ pub async fn handle(
                 .collect(),
         ),
     };
-    let partition_code = if version < 2 { code } else { error_code::NONE };
+    let partition_code = if version < 2 { code } else { 0 };
     let topics = by_topic(fetched)
         .into_iter()
         .map(|(name, partitions)| {

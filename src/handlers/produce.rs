@@ -7,7 +7,7 @@ use kafka_protocol::protocol::StrBytes;
 use shards::log::record_batch::RecordBatchHeader;
 
 use super::RequestContext;
-use crate::protocol::error_code;
+use crate::protocol::{ErrorCode, ResponseError};
 use crate::server::broker::AppendResult;
 
 pub async fn handle(
@@ -35,14 +35,14 @@ pub async fn handle(
                 (false, _) => None,
                 (true, None) => None,
                 (true, Some(_)) if name.is_empty() => {
-                    Some(AppendResult::error(error_code::UNKNOWN_TOPIC_ID, None))
+                    Some(AppendResult::error(ResponseError::UnknownTopicId, None))
                 }
                 (true, Some(records)) => {
                     let messages = RecordBatchHeader::parse(&records)
                         .map_or(0, |header| header.records_count.max(0) as u64);
                     let bytes = records.len() as u64;
                     let result = ctx.broker.append(&name, data.index, records, acks).await;
-                    if result.error_code == error_code::NONE {
+                    if result.error.is_none() {
                         ctx.broker.metrics.record_produce(&name, messages, bytes);
                     }
                     Some(result)
@@ -53,14 +53,14 @@ pub async fn handle(
             partition = match result {
                 None => partition
                     .with_error_code(if valid_acks {
-                        error_code::INVALID_RECORD
+                        ResponseError::InvalidRecord.code()
                     } else {
-                        error_code::INVALID_REQUIRED_ACKS
+                        ResponseError::InvalidRequiredAcks.code()
                     })
                     .with_base_offset(-1),
                 Some(result) => {
                     let mut partition = partition
-                        .with_error_code(result.error_code)
+                        .with_error_code(result.error.error_code())
                         .with_base_offset(result.base_offset);
                     partition = partition.with_log_append_time_ms(result.log_append_time_ms);
                     if version >= 5 {

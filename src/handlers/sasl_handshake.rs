@@ -3,7 +3,7 @@
 use kafka_protocol::messages::{SaslHandshakeRequest, SaslHandshakeResponse};
 
 use super::RequestContext;
-use crate::protocol::error_code;
+use crate::protocol::ResponseError;
 
 pub async fn handle(
     _ctx: &RequestContext,
@@ -11,6 +11,6 @@ pub async fn handle(
     _version: i16,
 ) -> SaslHandshakeResponse {
     SaslHandshakeResponse::default()
-        .with_error_code(error_code::UNSUPPORTED_SASL_MECHANISM)
+        .with_error_code(ResponseError::UnsupportedSaslMechanism.code())
         .with_mechanisms(Vec::new())
 }

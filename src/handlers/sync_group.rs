@@ -17,7 +17,7 @@ pub async fn handle(
             groups.sync_group(partition, request).await
         })
         .await
-        .unwrap_or_else(|code| SyncGroupResponse::default().with_error_code(code));
+        .unwrap_or_else(|code| SyncGroupResponse::default().with_error_code(code.code()));
     if version < 5 {
         response.protocol_type = None;
         response.protocol_name = None;

@@ -19,7 +19,7 @@ use tracing::{debug, info, warn};
 
 use crate::config::ListenerConfig;
 use crate::handlers::{handle_request, ConnectionInfo, Outcome};
-use crate::protocol::{error_code, peek_api, FrameError, FramePart};
+use crate::protocol::{peek_api, FrameError, FramePart, ResponseError};
 use crate::server::broker::ShardBroker;
 
 /// Scrapers waiting to be accepted by the metrics endpoint.
@@ -438,7 +438,7 @@ async fn serve_connection(
                 if matches!(error, FrameError::Unsupported { .. }) {
                     broker
                         .metrics
-                        .record_error(api_key, error_code::UNSUPPORTED_VERSION);
+                        .record_error(api_key, ResponseError::UnsupportedVersion.code());
                 }
                 return Err(ConnectionError::Protocol(error.to_string()));
             }

@@ -2,59 +2,15 @@
 //! and Kafka's error codes. Message bodies are the kafka-protocol crate's, but
 //! for Fetch responses, framed here around file ranges (fetch_response.rs).
 
+mod error;
 mod fetch_response;
 
+pub use error::{ApiError, ErrorCode, ResponseError};
 pub use fetch_response::{encode_fetch_response, FramePart, Records};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
 use kafka_protocol::protocol::{Decodable, Encodable};
-
-/// Kafka's error codes, by Kafka's names.
-pub mod error_code {
-    pub const UNKNOWN_SERVER_ERROR: i16 = -1;
-    pub const NONE: i16 = 0;
-    pub const OFFSET_OUT_OF_RANGE: i16 = 1;
-    pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
-    pub const INVALID_FETCH_SIZE: i16 = 4;
-    pub const LEADER_NOT_AVAILABLE: i16 = 5;
-    pub const NOT_LEADER_OR_FOLLOWER: i16 = 6;
-    pub const MESSAGE_TOO_LARGE: i16 = 10;
-    pub const OFFSET_METADATA_TOO_LARGE: i16 = 12;
-    pub const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
-    pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
-    pub const NOT_COORDINATOR: i16 = 16;
-    pub const INVALID_TOPIC_EXCEPTION: i16 = 17;
-    pub const RECORD_LIST_TOO_LARGE: i16 = 18;
-    pub const NOT_ENOUGH_REPLICAS: i16 = 19;
-    pub const NOT_ENOUGH_REPLICAS_AFTER_APPEND: i16 = 20;
-    pub const INVALID_REQUIRED_ACKS: i16 = 21;
-    pub const ILLEGAL_GENERATION: i16 = 22;
-    pub const INCONSISTENT_GROUP_PROTOCOL: i16 = 23;
-    pub const INVALID_GROUP_ID: i16 = 24;
-    pub const UNKNOWN_MEMBER_ID: i16 = 25;
-    pub const INVALID_SESSION_TIMEOUT: i16 = 26;
-    pub const REBALANCE_IN_PROGRESS: i16 = 27;
-    pub const INVALID_COMMIT_OFFSET_SIZE: i16 = 28;
-    pub const UNSUPPORTED_SASL_MECHANISM: i16 = 33;
-    pub const UNSUPPORTED_VERSION: i16 = 35;
-    pub const TOPIC_ALREADY_EXISTS: i16 = 36;
-    pub const INVALID_PARTITIONS: i16 = 37;
-    pub const INVALID_REPLICATION_FACTOR: i16 = 38;
-    pub const INVALID_REPLICA_ASSIGNMENT: i16 = 39;
-    pub const INVALID_CONFIG: i16 = 40;
-    pub const INVALID_REQUEST: i16 = 42;
-    pub const POLICY_VIOLATION: i16 = 44;
-    pub const KAFKA_STORAGE_ERROR: i16 = 56;
-    pub const NON_EMPTY_GROUP: i16 = 68;
-    pub const GROUP_ID_NOT_FOUND: i16 = 69;
-    pub const MEMBER_ID_REQUIRED: i16 = 79;
-    pub const GROUP_MAX_SIZE_REACHED: i16 = 81;
-    pub const FENCED_INSTANCE_ID: i16 = 82;
-    pub const GROUP_SUBSCRIBED_TO_TOPIC: i16 = 86;
-    pub const INVALID_RECORD: i16 = 87;
-    pub const UNKNOWN_TOPIC_ID: i16 = 100;
-}
 
 #[derive(Debug)]
 pub enum FrameError {

@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use futures_lite::future::or;
-use shards::log::{FetchWatch, Log, LogError, LogManager, TopicPartition};
+use shards::log::{FetchWatch, Log, LogManager, TopicPartition};
 use shards::runtime::ShardMesh;
 use tracing::warn;
 
@@ -22,7 +22,7 @@ use crate::config::BrokerConfig;
 use crate::coordinator::group::{partition_for, GroupCoordinator, GROUP_METADATA_TOPIC_NAME};
 use crate::metadata::image::{kafka_uuid_string, MetadataImage};
 use crate::metrics::{LogGauges, MetricsSnapshot, ShardMetrics};
-use crate::protocol::{error_code, Records};
+use crate::protocol::{Records, ResponseError};
 
 pub struct ShardBroker {
     pub shard_id: usize,
@@ -94,7 +94,7 @@ pub struct Leader {
 /// One partition's produce outcome.
 #[derive(Debug, Clone)]
 pub struct AppendResult {
-    pub error_code: i16,
+    pub error: Option<ResponseError>,
     pub error_message: Option<String>,
     pub base_offset: i64,
     pub log_append_time_ms: i64,
@@ -109,7 +109,7 @@ const SENDFILE_MIN_BYTES: usize = 64 * 1024;
 /// One partition's fetch outcome: the stored batches, as they are.
 #[derive(Debug)]
 pub struct ReadResult {
-    pub error_code: i16,
+    pub error: Option<ResponseError>,
     pub high_watermark: i64,
     pub last_stable_offset: i64,
     pub log_start_offset: i64,
@@ -117,19 +117,15 @@ pub struct ReadResult {
 }
 
 impl ReadResult {
-    pub fn error(error_code: i16) -> Self {
+    pub fn error(error: ResponseError) -> Self {
         Self {
-            error_code,
+            error: Some(error),
             high_watermark: -1,
             last_stable_offset: -1,
             log_start_offset: -1,
             records: None,
         }
     }
-}
-
-fn log_error_code(error: &LogError) -> i16 {
-    error.kafka_error_code()
 }
 
 impl ShardBroker {
@@ -303,17 +299,17 @@ impl ShardBroker {
 
     /// The `__consumer_offsets` partition holding `group_id`, and the shard
     /// of this broker that leads it (and so coordinates the group).
-    pub fn group_coordinator_shard(&self, group_id: &str) -> Result<(i32, usize), i16> {
+    pub fn group_coordinator_shard(&self, group_id: &str) -> Result<(i32, usize), ResponseError> {
         let image = self.image.borrow();
         let topic = image
             .topic(GROUP_METADATA_TOPIC_NAME)
-            .ok_or(error_code::COORDINATOR_NOT_AVAILABLE)?;
+            .ok_or(ResponseError::CoordinatorNotAvailable)?;
         let partition = partition_for(group_id, topic.partitions.len() as i32);
         let p = &topic.partitions[partition as usize];
         if p.leader != self.config.broker_id {
-            return Err(error_code::NOT_COORDINATOR);
+            return Err(ResponseError::NotCoordinator);
         }
-        let shard = p.shard.ok_or(error_code::COORDINATOR_NOT_AVAILABLE)?;
+        let shard = p.shard.ok_or(ResponseError::CoordinatorNotAvailable)?;
         Ok((partition, shard))
     }
 
@@ -323,7 +319,7 @@ impl ShardBroker {
         self: &Rc<Self>,
         group_id: &str,
         work: F,
-    ) -> Result<T, i16>
+    ) -> Result<T, ResponseError>
     where
         T: Send + 'static,
         F: FnOnce(Rc<GroupCoordinator>, i32) -> Fut + Send + 'static,
@@ -335,24 +331,24 @@ impl ShardBroker {
                 work(broker.groups.clone(), partition)
             })
             .await
-            .map_err(|_| error_code::NOT_COORDINATOR)
+            .map_err(|_| ResponseError::NotCoordinator)
     }
 
     /// The partition's leader on this broker, or Kafka's error for why not.
-    pub fn route(&self, topic: &str, partition: i32) -> Result<Leader, i16> {
+    pub fn route(&self, topic: &str, partition: i32) -> Result<Leader, ResponseError> {
         let image = self.image.borrow();
         let topic = image
             .topic(topic)
-            .ok_or(error_code::UNKNOWN_TOPIC_OR_PARTITION)?;
+            .ok_or(ResponseError::UnknownTopicOrPartition)?;
         let p = usize::try_from(partition)
             .ok()
             .and_then(|index| topic.partitions.get(index))
-            .ok_or(error_code::UNKNOWN_TOPIC_OR_PARTITION)?;
+            .ok_or(ResponseError::UnknownTopicOrPartition)?;
         if p.leader != self.config.broker_id {
-            return Err(error_code::NOT_LEADER_OR_FOLLOWER);
+            return Err(ResponseError::NotLeaderOrFollower);
         }
         Ok(Leader {
-            shard: p.shard.ok_or(error_code::LEADER_NOT_AVAILABLE)?,
+            shard: p.shard.ok_or(ResponseError::LeaderNotAvailable)?,
             leader_epoch: p.leader_epoch,
             isr_size: p.isr.len(),
             min_insync_replicas: topic.log_config.min_insync_replicas,
@@ -370,7 +366,7 @@ impl ShardBroker {
         if topic == GROUP_METADATA_TOPIC_NAME {
             // Only the group coordinator writes there, as in Kafka.
             return AppendResult::error(
-                error_code::INVALID_TOPIC_EXCEPTION,
+                ResponseError::InvalidTopicException,
                 Some("cannot append to an internal topic".into()),
             );
         }
@@ -379,7 +375,7 @@ impl ShardBroker {
             Err(code) => return AppendResult::error(code, None),
         };
         if required_acks == -1 && (leader.isr_size as i32) < leader.min_insync_replicas {
-            return AppendResult::error(error_code::NOT_ENOUGH_REPLICAS, None);
+            return AppendResult::error(ResponseError::NotEnoughReplicas, None);
         }
         let tp = TopicPartition::new(topic, partition);
         let leader_epoch = leader.leader_epoch;
@@ -393,7 +389,7 @@ impl ShardBroker {
                 },
             )
             .await;
-        outcome.unwrap_or_else(|_| AppendResult::error(error_code::NOT_LEADER_OR_FOLLOWER, None))
+        outcome.unwrap_or_else(|_| AppendResult::error(ResponseError::NotLeaderOrFollower, None))
     }
 
     async fn append_local(
@@ -403,7 +399,7 @@ impl ShardBroker {
         leader_epoch: i32,
     ) -> AppendResult {
         let Some(log) = self.log_manager.get_log(tp) else {
-            return AppendResult::error(error_code::NOT_LEADER_OR_FOLLOWER, None);
+            return AppendResult::error(ResponseError::NotLeaderOrFollower, None);
         };
         // Written straight from the request's buffer behind a stamped header.
         match log
@@ -414,14 +410,14 @@ impl ShardBroker {
                 // This broker is the whole ISR: the high watermark follows the log end.
                 log.set_high_watermark(log.log_end_offset());
                 AppendResult {
-                    error_code: error_code::NONE,
+                    error: None,
                     error_message: None,
                     base_offset: info.first_offset,
                     log_append_time_ms: info.log_append_time_ms,
                     log_start_offset: info.log_start_offset,
                 }
             }
-            Err(error) => AppendResult::error(log_error_code(&error), Some(error.to_string())),
+            Err(error) => AppendResult::error(error.response_error(), Some(error.to_string())),
         }
     }
 
@@ -447,7 +443,7 @@ impl ShardBroker {
                     .await
             })
             .await;
-        outcome.unwrap_or_else(|_| ReadResult::error(error_code::NOT_LEADER_OR_FOLLOWER))
+        outcome.unwrap_or_else(|_| ReadResult::error(ResponseError::NotLeaderOrFollower))
     }
 
     async fn read_local(
@@ -458,11 +454,11 @@ impl ShardBroker {
         min_one_batch: bool,
     ) -> ReadResult {
         let Some(log) = self.log_manager.get_log(tp) else {
-            return ReadResult::error(error_code::NOT_LEADER_OR_FOLLOWER);
+            return ReadResult::error(ResponseError::NotLeaderOrFollower);
         };
         let high_watermark = log.high_watermark();
         let mut result = ReadResult {
-            error_code: error_code::NONE,
+            error: None,
             high_watermark,
             last_stable_offset: high_watermark,
             log_start_offset: log.log_start_offset(),
@@ -499,13 +495,13 @@ impl ShardBroker {
                     match records {
                         Ok(records) => result.records = Some(records),
                         Err(error) => {
-                            result.error_code =
-                                log.health().on_error(error.into()).kafka_error_code()
+                            result.error =
+                                Some(log.health().on_error(error.into()).response_error())
                         }
                     }
                 }
             }
-            Err(error) => result.error_code = log_error_code(&error),
+            Err(error) => result.error = Some(error.response_error()),
         }
         result
     }
@@ -596,7 +592,7 @@ impl ShardBroker {
         topic: &str,
         partition: i32,
         timestamp: i64,
-    ) -> Result<(i64, i64, i32), i16> {
+    ) -> Result<(i64, i64, i32), ResponseError> {
         self.on_leader_log(topic, partition, move |log| async move {
             let epoch = log.latest_epoch().unwrap_or(-1);
             match timestamp {
@@ -613,7 +609,7 @@ impl ShardBroker {
                             Ok((found.timestamp, found.offset, found.leader_epoch))
                         }
                         Ok(_) => Ok((-1, -1, -1)),
-                        Err(error) => Err(log_error_code(&error)),
+                        Err(error) => Err(error.response_error()),
                     }
                 }
             }
@@ -628,20 +624,20 @@ impl ShardBroker {
         topic: &str,
         partition: i32,
         offset: i64,
-    ) -> Result<i64, i16> {
+    ) -> Result<i64, ResponseError> {
         self.on_leader_log(topic, partition, move |log| async move {
             // Kafka: records of a compacted-only topic are kept by policy.
             if !log.config().cleanup_policy.delete {
-                return Err(error_code::POLICY_VIOLATION);
+                return Err(ResponseError::PolicyViolation);
             }
             let offset = match offset {
                 -1 => log.high_watermark(),
-                offset if offset < 0 => return Err(error_code::OFFSET_OUT_OF_RANGE),
+                offset if offset < 0 => return Err(ResponseError::OffsetOutOfRange),
                 offset => offset,
             };
             log.maybe_increment_log_start_offset(offset)
                 .await
-                .map_err(|error| log_error_code(&error))
+                .map_err(|error| error.response_error())
         })
         .await
     }
@@ -653,11 +649,11 @@ impl ShardBroker {
         topic: &str,
         partition: i32,
         work: F,
-    ) -> Result<T, i16>
+    ) -> Result<T, ResponseError>
     where
         T: Send + 'static,
         F: FnOnce(Rc<Log>) -> Fut + Send + 'static,
-        Fut: Future<Output = Result<T, i16>> + 'static,
+        Fut: Future<Output = Result<T, ResponseError>> + 'static,
     {
         let shard = self.route(topic, partition)?.shard;
         let tp = TopicPartition::new(topic, partition);
@@ -665,18 +661,18 @@ impl ShardBroker {
             .invoke_on(shard, self, move |broker: Rc<ShardBroker>| async move {
                 match broker.log_manager.get_log(&tp) {
                     Some(log) => work(log).await,
-                    None => Err(error_code::NOT_LEADER_OR_FOLLOWER),
+                    None => Err(ResponseError::NotLeaderOrFollower),
                 }
             })
             .await
-            .unwrap_or(Err(error_code::NOT_LEADER_OR_FOLLOWER))
+            .unwrap_or(Err(ResponseError::NotLeaderOrFollower))
     }
 }
 
 impl AppendResult {
-    pub fn error(error_code: i16, error_message: Option<String>) -> Self {
+    pub fn error(error: ResponseError, error_message: Option<String>) -> Self {
         Self {
-            error_code,
+            error: Some(error),
             error_message,
             base_offset: -1,
             log_append_time_ms: -1,

@@ -14,9 +14,9 @@ use shards::log::TopicPartition;
 use shards::runtime::ShardPlacement;
 use tracing::warn;
 
-use crate::controller::{ApiError, ConfigOp, KafkaController, NewTopic};
+use crate::controller::{ConfigOp, KafkaController, NewTopic};
 use crate::metadata::image::MetadataImage;
-use crate::protocol::error_code;
+use crate::protocol::{ApiError, ResponseError};
 
 /// Requests that may wait in a shard's channel to the control plane.
 const CONTROL_CHANNEL_CAPACITY: usize = 256;
@@ -109,7 +109,7 @@ impl ControlClient {
         let (reply, answer) = oneshot::channel();
         let unavailable = || {
             ApiError::new(
-                error_code::UNKNOWN_SERVER_ERROR,
+                ResponseError::UnknownServerError,
                 "the control plane is shutting down",
             )
         };

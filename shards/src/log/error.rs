@@ -1,5 +1,7 @@
 use std::fmt;
 
+use kafka_protocol::error::ResponseError;
+
 /// Everything the log can refuse or fail with, each mapped to Kafka's error code.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LogError {
@@ -28,17 +30,17 @@ pub enum LogError {
 }
 
 impl LogError {
-    pub fn kafka_error_code(&self) -> i16 {
+    pub fn response_error(&self) -> ResponseError {
         match self {
-            LogError::OffsetOutOfRange { .. } => 1,
-            LogError::LogDeleted(_) => 6,
-            LogError::CorruptMessage(_) => 2,
-            LogError::MessageTooLarge { .. } => 10,
-            LogError::InvalidTimestamp(_) => 32,
-            LogError::KafkaStorage(_) => 56,
-            LogError::InvalidRecord(_) => 87,
-            LogError::OutOfOrderSequence(_) => 45,
-            LogError::InvalidProducerEpoch(_) => 47,
+            LogError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
+            LogError::LogDeleted(_) => ResponseError::NotLeaderOrFollower,
+            LogError::CorruptMessage(_) => ResponseError::CorruptMessage,
+            LogError::MessageTooLarge { .. } => ResponseError::MessageTooLarge,
+            LogError::InvalidTimestamp(_) => ResponseError::InvalidTimestamp,
+            LogError::KafkaStorage(_) => ResponseError::KafkaStorageError,
+            LogError::InvalidRecord(_) => ResponseError::InvalidRecord,
+            LogError::OutOfOrderSequence(_) => ResponseError::OutOfOrderSequenceNumber,
+            LogError::InvalidProducerEpoch(_) => ResponseError::InvalidProducerEpoch,
         }
     }
 }

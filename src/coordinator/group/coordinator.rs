@@ -24,7 +24,7 @@ use super::group::{
     CONSUMER_PROTOCOL_TYPE,
 };
 use super::records::{GroupMetadataValue, OffsetCommitValue, RecordKey};
-use crate::protocol::error_code;
+use crate::protocol::ResponseError;
 
 pub const GROUP_METADATA_TOPIC_NAME: &str = "__consumer_offsets";
 
@@ -101,10 +101,10 @@ struct CoordinatorState {
 }
 
 impl CoordinatorState {
-    fn check_partition(&self, partition: i32) -> Result<(), i16> {
+    fn check_partition(&self, partition: i32) -> Result<(), ResponseError> {
         match self.partitions.get(&partition) {
-            None => Err(error_code::NOT_COORDINATOR),
-            Some(p) if !p.loaded => Err(error_code::COORDINATOR_LOAD_IN_PROGRESS),
+            None => Err(ResponseError::NotCoordinator),
+            Some(p) if !p.loaded => Err(ResponseError::CoordinatorLoadInProgress),
             Some(_) => Ok(()),
         }
     }
@@ -275,7 +275,7 @@ impl GroupCoordinator {
             .collect();
         for group_id in gone {
             if let Some(mut group) = state.groups.remove(&group_id) {
-                fail_waiters(&mut group, error_code::NOT_COORDINATOR);
+                fail_waiters(&mut group, ResponseError::NotCoordinator);
             }
         }
     }
@@ -400,15 +400,19 @@ impl GroupCoordinator {
     }
 
     /// Appends records to the group's partition of `__consumer_offsets`;
-    /// the error is the log's Kafka error code.
-    async fn append(&self, partition: i32, records: Vec<OffsetsRecord>) -> Result<(), i16> {
+    /// the error is the log's.
+    async fn append(
+        &self,
+        partition: i32,
+        records: Vec<OffsetsRecord>,
+    ) -> Result<(), ResponseError> {
         let leader_epoch = match self.state.borrow().partitions.get(&partition) {
             Some(p) => p.leader_epoch,
-            None => return Err(error_code::NOT_COORDINATOR),
+            None => return Err(ResponseError::NotCoordinator),
         };
         let log = self
             .offsets_log(partition)
-            .ok_or(error_code::NOT_COORDINATOR)?;
+            .ok_or(ResponseError::NotCoordinator)?;
         let now_ms = wall_clock_ms();
         let mut builder = RecordBatchBuilder::new(0, now_ms);
         for (key, value) in &records {
@@ -423,7 +427,7 @@ impl GroupCoordinator {
                 log.set_high_watermark(log.log_end_offset());
                 Ok(())
             }
-            Err(error) => Err(error.kafka_error_code()),
+            Err(error) => Err(error.response_error()),
         }
     }
 
@@ -436,7 +440,7 @@ impl GroupCoordinator {
             // the group state, finish first.
             futures_lite::future::yield_now().await;
             if let Err(code) = coordinator.append(partition, records).await {
-                warn!(partition, code, "cannot write group metadata");
+                warn!(partition, %code, "cannot write group metadata");
             }
         })
         .detach();
@@ -563,7 +567,7 @@ impl GroupCoordinator {
         };
         answer
             .await
-            .unwrap_or_else(|_| join_error(error_code::NOT_COORDINATOR, ""))
+            .unwrap_or_else(|_| join_error(ResponseError::NotCoordinator, ""))
     }
 
     /// The synchronous part of a join: an immediate answer or the channel on
@@ -577,14 +581,14 @@ impl GroupCoordinator {
         } = params;
         let now_ms = wall_clock_ms();
         let member_id = request.member_id.to_string();
-        let fail = |code: i16| JoinStep::Answer(join_error(code, &member_id));
+        let fail = |code: ResponseError| JoinStep::Answer(join_error(code, &member_id));
         let mut state = self.state.borrow_mut();
         if let Err(code) = state.check_partition(partition) {
             return fail(code);
         }
         let group_id = request.group_id.to_string();
         if group_id.is_empty() || group_id.len() > MAX_RECORD_STRING_BYTES {
-            return fail(error_code::INVALID_GROUP_ID);
+            return fail(ResponseError::InvalidGroupId);
         }
         // What goes into the group's metadata record must fit its strings.
         let too_long = [
@@ -598,13 +602,13 @@ impl GroupCoordinator {
         .chain(request.protocols.iter().map(|p| p.name.as_str()))
         .any(|s| s.len() > MAX_RECORD_STRING_BYTES);
         if too_long {
-            return fail(error_code::INVALID_REQUEST);
+            return fail(ResponseError::InvalidRequest);
         }
         let session_timeout_ms = request.session_timeout_ms;
         if session_timeout_ms < self.config.min_session_timeout_ms
             || session_timeout_ms > self.config.max_session_timeout_ms
         {
-            return fail(error_code::INVALID_SESSION_TIMEOUT);
+            return fail(ResponseError::InvalidSessionTimeout);
         }
         let rebalance_timeout_ms = if version == 0 {
             session_timeout_ms
@@ -620,7 +624,7 @@ impl GroupCoordinator {
             .collect();
         if !state.groups.contains_key(&group_id) {
             if !member_id.is_empty() {
-                return fail(error_code::UNKNOWN_MEMBER_ID);
+                return fail(ResponseError::UnknownMemberId);
             }
             state.groups.insert(
                 group_id.clone(),
@@ -629,11 +633,11 @@ impl GroupCoordinator {
         }
         let group = state.groups.get_mut(&group_id).expect("inserted above");
         if group.is(GroupState::Dead) {
-            return fail(error_code::COORDINATOR_NOT_AVAILABLE);
+            return fail(ResponseError::CoordinatorNotAvailable);
         }
         let known = group.members.contains_key(&member_id);
         if !known && !group.supports_protocols(&protocol_type, &protocols) {
-            return fail(error_code::INCONSISTENT_GROUP_PROTOCOL);
+            return fail(ResponseError::InconsistentGroupProtocol);
         }
         let (reply, answer) = oneshot::channel();
         let new_member = |member_id: String| Member {
@@ -654,7 +658,7 @@ impl GroupCoordinator {
             if member_id.is_empty()
                 && group.members.len() + group.pending_members.len() >= self.config.max_size
             {
-                return fail(error_code::GROUP_MAX_SIZE_REACHED);
+                return fail(ResponseError::GroupMaxSizeReached);
             }
             let id = if member_id.is_empty() {
                 format!(
@@ -685,7 +689,7 @@ impl GroupCoordinator {
                 group
                     .pending_members
                     .insert(id.clone(), now_ms + session_timeout_ms as i64);
-                return JoinStep::Answer(join_error(error_code::MEMBER_ID_REQUIRED, &id));
+                return JoinStep::Answer(join_error(ResponseError::MemberIdRequired, &id));
             }
             if group.members.is_empty() {
                 group.protocol_type = Some(protocol_type);
@@ -705,7 +709,7 @@ impl GroupCoordinator {
             return fail(code);
         }
         if !group.supports_protocols(&protocol_type, &protocols) && group.members.len() > 1 {
-            return fail(error_code::INCONSISTENT_GROUP_PROTOCOL);
+            return fail(ResponseError::InconsistentGroupProtocol);
         }
         let is_leader = group.leader_id.as_deref() == Some(member_id.as_str());
         let stable = group.is(GroupState::Stable);
@@ -729,7 +733,7 @@ impl GroupCoordinator {
                 self.settle(group, now_ms);
                 JoinStep::Wait(answer)
             }
-            GroupState::Empty | GroupState::Dead => fail(error_code::UNKNOWN_MEMBER_ID),
+            GroupState::Empty | GroupState::Dead => fail(ResponseError::UnknownMemberId),
         }
     }
 
@@ -750,10 +754,10 @@ impl GroupCoordinator {
             .remove(old_id)
             .expect("static members are members");
         if let Some(waiting) = old.awaiting_join.take() {
-            let _ = waiting.send(join_error(error_code::FENCED_INSTANCE_ID, old_id));
+            let _ = waiting.send(join_error(ResponseError::FencedInstanceId, old_id));
         }
         if let Some(waiting) = old.awaiting_sync.take() {
-            let _ = waiting.send(sync_error(error_code::FENCED_INSTANCE_ID));
+            let _ = waiting.send(sync_error(ResponseError::FencedInstanceId));
         }
         let new_id = member.member_id.clone();
         member.assignment = old.assignment;
@@ -800,22 +804,22 @@ impl GroupCoordinator {
             if let Err(code) = state.check_partition(partition) {
                 // As Kafka: a loading coordinator makes the member rejoin.
                 return sync_error(match code {
-                    error_code::COORDINATOR_LOAD_IN_PROGRESS => error_code::REBALANCE_IN_PROGRESS,
+                    ResponseError::CoordinatorLoadInProgress => ResponseError::RebalanceInProgress,
                     code => code,
                 });
             }
             let Some(group) = state.groups.get_mut(&group_id) else {
-                return sync_error(error_code::UNKNOWN_MEMBER_ID);
+                return sync_error(ResponseError::UnknownMemberId);
             };
             let instance = request.group_instance_id.as_ref().map(|i| i.to_string());
             if group.is(GroupState::Dead) {
-                return sync_error(error_code::COORDINATOR_NOT_AVAILABLE);
+                return sync_error(ResponseError::CoordinatorNotAvailable);
             }
             if let Err(code) = group.validate_current_member(&member_id, instance.as_deref()) {
                 return sync_error(code);
             }
             if request.generation_id != group.generation_id {
-                return sync_error(error_code::ILLEGAL_GENERATION);
+                return sync_error(ResponseError::IllegalGeneration);
             }
             let type_mismatch = request
                 .protocol_type
@@ -826,12 +830,12 @@ impl GroupCoordinator {
                 .as_ref()
                 .is_some_and(|n| group.protocol_name.as_deref() != Some(n.as_str()));
             if type_mismatch || name_mismatch {
-                return sync_error(error_code::INCONSISTENT_GROUP_PROTOCOL);
+                return sync_error(ResponseError::InconsistentGroupProtocol);
             }
             match group.state {
-                GroupState::Empty => return sync_error(error_code::UNKNOWN_MEMBER_ID),
+                GroupState::Empty => return sync_error(ResponseError::UnknownMemberId),
                 GroupState::PreparingRebalance => {
-                    return sync_error(error_code::REBALANCE_IN_PROGRESS)
+                    return sync_error(ResponseError::RebalanceInProgress)
                 }
                 GroupState::Stable => {
                     let member = group.members.get_mut(&member_id).expect("checked");
@@ -926,7 +930,7 @@ impl GroupCoordinator {
         }
         answer
             .await
-            .unwrap_or_else(|_| sync_error(error_code::NOT_COORDINATOR))
+            .unwrap_or_else(|_| sync_error(ResponseError::NotCoordinator))
     }
 
     fn sync_response(&self, group: &Group, member_id: &str) -> SyncGroupResponse {
@@ -949,37 +953,36 @@ impl GroupCoordinator {
         member_id: &str,
         group_instance_id: Option<&str>,
         generation_id: i32,
-    ) -> i16 {
+    ) -> Result<(), ResponseError> {
         let mut state = self.state.borrow_mut();
         match state.check_partition(partition) {
             // As Kafka: a member heartbeating a loading coordinator carries on.
-            Err(error_code::COORDINATOR_LOAD_IN_PROGRESS) => return error_code::NONE,
-            Err(code) => return code,
-            Ok(()) => {}
+            Err(ResponseError::CoordinatorLoadInProgress) => return Ok(()),
+            other => other?,
         }
-        let Some(group) = state.groups.get_mut(group_id) else {
-            return error_code::UNKNOWN_MEMBER_ID;
-        };
+        let group = state
+            .groups
+            .get_mut(group_id)
+            .ok_or(ResponseError::UnknownMemberId)?;
         match group.state {
-            GroupState::Dead => return error_code::COORDINATOR_NOT_AVAILABLE,
-            GroupState::Empty => return error_code::UNKNOWN_MEMBER_ID,
+            GroupState::Dead => return Err(ResponseError::CoordinatorNotAvailable),
+            GroupState::Empty => return Err(ResponseError::UnknownMemberId),
             _ => {}
         }
-        if let Err(code) = group.validate_current_member(member_id, group_instance_id) {
-            return code;
-        }
+        group.validate_current_member(member_id, group_instance_id)?;
         if generation_id != group.generation_id {
-            return error_code::ILLEGAL_GENERATION;
+            return Err(ResponseError::IllegalGeneration);
         }
         let preparing = group.is(GroupState::PreparingRebalance);
-        let Some(member) = group.members.get_mut(member_id) else {
-            return error_code::UNKNOWN_MEMBER_ID;
-        };
+        let member = group
+            .members
+            .get_mut(member_id)
+            .ok_or(ResponseError::UnknownMemberId)?;
         member.last_heartbeat_ms = wall_clock_ms();
         if preparing {
-            error_code::REBALANCE_IN_PROGRESS
+            Err(ResponseError::RebalanceInProgress)
         } else {
-            error_code::NONE
+            Ok(())
         }
     }
 
@@ -989,46 +992,41 @@ impl GroupCoordinator {
         partition: i32,
         group_id: &str,
         members: &[LeavingMember],
-    ) -> (i16, Vec<i16>) {
+    ) -> Result<Vec<Result<(), ResponseError>>, ResponseError> {
         let now_ms = wall_clock_ms();
         let mut state = self.state.borrow_mut();
-        if let Err(code) = state.check_partition(partition) {
-            return (code, Vec::new());
-        }
+        state.check_partition(partition)?;
         let Some(group) = state.groups.get_mut(group_id) else {
-            return (
-                error_code::NONE,
-                vec![error_code::UNKNOWN_MEMBER_ID; members.len()],
-            );
+            return Ok(vec![Err(ResponseError::UnknownMemberId); members.len()]);
         };
         if group.is(GroupState::Dead) {
-            return (error_code::COORDINATOR_NOT_AVAILABLE, Vec::new());
+            return Err(ResponseError::CoordinatorNotAvailable);
         }
         let mut errors = Vec::with_capacity(members.len());
         for leaving in members {
             let code = match &leaving.group_instance_id {
                 Some(instance) => match group.static_members.get(instance).cloned() {
-                    None => error_code::UNKNOWN_MEMBER_ID,
+                    None => Err(ResponseError::UnknownMemberId),
                     // An admin removing an instance names no member id.
                     Some(known) if leaving.member_id.is_empty() || known == leaving.member_id => {
                         self.remove_member_and_update(group, &known, now_ms);
-                        error_code::NONE
+                        Ok(())
                     }
-                    Some(_) => error_code::FENCED_INSTANCE_ID,
+                    Some(_) => Err(ResponseError::FencedInstanceId),
                 },
                 None if group.pending_members.remove(&leaving.member_id).is_some() => {
                     self.settle(group, now_ms);
-                    error_code::NONE
+                    Ok(())
                 }
                 None if group.members.contains_key(&leaving.member_id) => {
                     self.remove_member_and_update(group, &leaving.member_id, now_ms);
-                    error_code::NONE
+                    Ok(())
                 }
-                None => error_code::UNKNOWN_MEMBER_ID,
+                None => Err(ResponseError::UnknownMemberId),
             };
             errors.push(code);
         }
-        (error_code::NONE, errors)
+        Ok(errors)
     }
 
     /// OffsetCommit: one error per partition, in the request's order.
@@ -1037,19 +1035,19 @@ impl GroupCoordinator {
         partition: i32,
         group_id: &str,
         params: CommitParams,
-    ) -> Vec<i16> {
+    ) -> Vec<Result<(), ResponseError>> {
         let now_ms = wall_clock_ms();
         let count = params.offsets.len();
-        let mut errors = vec![error_code::NONE; count];
+        let mut errors = vec![Ok(()); count];
         let mut records = Vec::new();
         let mut committed = Vec::new();
         {
             let mut state = self.state.borrow_mut();
             if let Err(code) = state.check_partition(partition) {
-                return vec![code; count];
+                return vec![Err(code); count];
             }
             if group_id.is_empty() || group_id.len() > MAX_RECORD_STRING_BYTES {
-                return vec![error_code::INVALID_GROUP_ID; count];
+                return vec![Err(ResponseError::InvalidGroupId); count];
             }
             let group = match state.groups.get_mut(group_id) {
                 Some(group) => group,
@@ -1058,7 +1056,7 @@ impl GroupCoordinator {
                     .groups
                     .entry(group_id.to_owned())
                     .or_insert_with(|| Group::new(group_id.to_owned(), partition, now_ms)),
-                None => return vec![error_code::ILLEGAL_GENERATION; count],
+                None => return vec![Err(ResponseError::IllegalGeneration); count],
             };
             // Kafka's validateOffsetCommit: a member is checked as a member;
             // a commit without one (generation -1, no member id) only goes
@@ -1066,28 +1064,28 @@ impl GroupCoordinator {
             let names_member = params.generation_id >= 0
                 || !params.member_id.is_empty()
                 || params.group_instance_id.is_some();
-            let code = if group.is(GroupState::Dead) {
-                error_code::COORDINATOR_NOT_AVAILABLE
+            let allowed = if group.is(GroupState::Dead) {
+                Err(ResponseError::CoordinatorNotAvailable)
             } else if names_member {
                 match group
                     .validate_current_member(&params.member_id, params.group_instance_id.as_deref())
                 {
-                    Err(code) => code,
+                    Err(code) => Err(code),
                     Ok(()) if params.generation_id != group.generation_id => {
-                        error_code::ILLEGAL_GENERATION
+                        Err(ResponseError::IllegalGeneration)
                     }
                     Ok(()) if group.is(GroupState::CompletingRebalance) => {
-                        error_code::REBALANCE_IN_PROGRESS
+                        Err(ResponseError::RebalanceInProgress)
                     }
-                    Ok(()) => error_code::NONE,
+                    Ok(()) => Ok(()),
                 }
             } else if !group.is(GroupState::Empty) {
-                error_code::UNKNOWN_MEMBER_ID
+                Err(ResponseError::UnknownMemberId)
             } else {
-                error_code::NONE
+                Ok(())
             };
-            if code != error_code::NONE {
-                return vec![code; count];
+            if allowed.is_err() {
+                return vec![allowed; count];
             }
             if let Some(member) = group.members.get_mut(&params.member_id) {
                 member.last_heartbeat_ms = now_ms;
@@ -1107,7 +1105,7 @@ impl GroupCoordinator {
                         .offset_metadata_max_bytes
                         .min(MAX_RECORD_STRING_BYTES)
                 {
-                    errors[i] = error_code::OFFSET_METADATA_TOO_LARGE;
+                    errors[i] = Err(ResponseError::OffsetMetadataTooLarge);
                     continue;
                 }
                 let value = CommittedOffset {
@@ -1151,13 +1149,13 @@ impl GroupCoordinator {
         }
         if let Err(code) = stored {
             let code = match code {
-                error_code::MESSAGE_TOO_LARGE
-                | error_code::RECORD_LIST_TOO_LARGE
-                | error_code::INVALID_FETCH_SIZE => error_code::INVALID_COMMIT_OFFSET_SIZE,
+                ResponseError::MessageTooLarge
+                | ResponseError::RecordListTooLarge
+                | ResponseError::InvalidFetchSize => ResponseError::InvalidCommitOffsetSize,
                 other => store_error(other),
             };
             for (i, _, _) in committed {
-                errors[i] = code;
+                errors[i] = Err(code);
             }
         }
         errors
@@ -1170,7 +1168,7 @@ impl GroupCoordinator {
         partition: i32,
         group_id: &str,
         partitions: Option<Vec<(String, i32)>>,
-    ) -> Result<FetchedOffsets, i16> {
+    ) -> Result<FetchedOffsets, ResponseError> {
         let state = self.state.borrow();
         state.check_partition(partition)?;
         let group = state
@@ -1214,7 +1212,11 @@ impl GroupCoordinator {
         })
     }
 
-    pub fn describe_group(&self, partition: i32, group_id: &str) -> Result<GroupSummary, i16> {
+    pub fn describe_group(
+        &self,
+        partition: i32,
+        group_id: &str,
+    ) -> Result<GroupSummary, ResponseError> {
         let state = self.state.borrow();
         state.check_partition(partition)?;
         let Some(group) = state.groups.get(group_id) else {
@@ -1230,10 +1232,10 @@ impl GroupCoordinator {
     }
 
     /// Every loaded group on this shard; Err while a partition still loads.
-    pub fn list_groups(&self) -> Result<Vec<GroupSummary>, i16> {
+    pub fn list_groups(&self) -> Result<Vec<GroupSummary>, ResponseError> {
         let state = self.state.borrow();
         if state.partitions.values().any(|p| !p.loaded) {
-            return Err(error_code::COORDINATOR_LOAD_IN_PROGRESS);
+            return Err(ResponseError::CoordinatorLoadInProgress);
         }
         Ok(state
             .groups
@@ -1245,19 +1247,18 @@ impl GroupCoordinator {
 
     /// DeleteGroups for one group: only an empty group goes; its offsets and
     /// metadata are deleted with tombstones.
-    pub async fn delete_group(&self, partition: i32, group_id: &str) -> i16 {
+    pub async fn delete_group(&self, partition: i32, group_id: &str) -> Result<(), ResponseError> {
         let records = {
             let mut state = self.state.borrow_mut();
-            if let Err(code) = state.check_partition(partition) {
-                return code;
-            }
-            let Some(group) = state.groups.get_mut(group_id) else {
-                return error_code::GROUP_ID_NOT_FOUND;
-            };
+            state.check_partition(partition)?;
+            let group = state
+                .groups
+                .get_mut(group_id)
+                .ok_or(ResponseError::GroupIdNotFound)?;
             match group.state {
-                GroupState::Dead => return error_code::GROUP_ID_NOT_FOUND,
+                GroupState::Dead => return Err(ResponseError::GroupIdNotFound),
                 GroupState::Empty => {}
-                _ => return error_code::NON_EMPTY_GROUP,
+                _ => return Err(ResponseError::NonEmptyGroup),
             }
             // Dead while the tombstones are written: no join or commit gets in.
             group.transition_to(GroupState::Dead, wall_clock_ms());
@@ -1287,13 +1288,13 @@ impl GroupCoordinator {
         match stored {
             Ok(()) => {
                 state.groups.remove(group_id);
-                error_code::NONE
+                Ok(())
             }
             Err(code) => {
                 if let Some(group) = state.groups.get_mut(group_id) {
                     group.transition_to(GroupState::Empty, wall_clock_ms());
                 }
-                store_error(code)
+                Err(store_error(code))
             }
         }
     }
@@ -1304,22 +1305,18 @@ impl GroupCoordinator {
         partition: i32,
         group_id: &str,
         partitions: Vec<(String, i32)>,
-    ) -> (i16, Vec<i16>) {
-        let mut errors = vec![error_code::NONE; partitions.len()];
+    ) -> Result<Vec<Result<(), ResponseError>>, ResponseError> {
+        let mut errors = vec![Ok(()); partitions.len()];
         let mut records = Vec::new();
         let mut deleted = Vec::new();
         {
             let state = self.state.borrow();
-            if let Err(code) = state.check_partition(partition) {
-                return (code, Vec::new());
-            }
-            let Some(group) = state
+            state.check_partition(partition)?;
+            let group = state
                 .groups
                 .get(group_id)
                 .filter(|g| !g.is(GroupState::Dead))
-            else {
-                return (error_code::GROUP_ID_NOT_FOUND, Vec::new());
-            };
+                .ok_or(ResponseError::GroupIdNotFound)?;
             // None: a consumer group whose subscriptions cannot be read
             // counts as subscribed to everything, as in Kafka.
             let subscribed = if group.is(GroupState::Empty) {
@@ -1327,11 +1324,11 @@ impl GroupCoordinator {
             } else if group.protocol_type.as_deref() == Some(CONSUMER_PROTOCOL_TYPE) {
                 group.subscribed_topics()
             } else {
-                return (error_code::NON_EMPTY_GROUP, Vec::new());
+                return Err(ResponseError::NonEmptyGroup);
             };
             for (i, (topic, index)) in partitions.into_iter().enumerate() {
                 if subscribed.as_ref().is_none_or(|s| s.contains(&topic)) {
-                    errors[i] = error_code::GROUP_SUBSCRIBED_TO_TOPIC;
+                    errors[i] = Err(ResponseError::GroupSubscribedToTopic);
                     continue;
                 }
                 if group.offsets.contains_key(&(topic.clone(), index)) {
@@ -1346,9 +1343,7 @@ impl GroupCoordinator {
             }
         }
         if !records.is_empty() {
-            if let Err(code) = self.append(partition, records).await {
-                return (store_error(code), Vec::new());
-            }
+            self.append(partition, records).await.map_err(store_error)?;
             let mut state = self.state.borrow_mut();
             if let Some(group) = state.groups.get_mut(group_id) {
                 for key in deleted {
@@ -1356,7 +1351,7 @@ impl GroupCoordinator {
                 }
             }
         }
-        (error_code::NONE, errors)
+        Ok(errors)
     }
 }
 
@@ -1372,19 +1367,19 @@ fn offset_value(offset: &CommittedOffset) -> OffsetCommitValue {
 
 /// Kafka's mapping of a failed `__consumer_offsets` append to what a group
 /// member is told.
-fn store_error(code: i16) -> i16 {
+fn store_error(code: ResponseError) -> ResponseError {
     match code {
-        error_code::UNKNOWN_TOPIC_OR_PARTITION
-        | error_code::NOT_ENOUGH_REPLICAS
-        | error_code::NOT_ENOUGH_REPLICAS_AFTER_APPEND => error_code::COORDINATOR_NOT_AVAILABLE,
-        error_code::NOT_LEADER_OR_FOLLOWER
-        | error_code::KAFKA_STORAGE_ERROR
-        | error_code::NOT_COORDINATOR => error_code::NOT_COORDINATOR,
-        _ => error_code::UNKNOWN_SERVER_ERROR,
+        ResponseError::UnknownTopicOrPartition
+        | ResponseError::NotEnoughReplicas
+        | ResponseError::NotEnoughReplicasAfterAppend => ResponseError::CoordinatorNotAvailable,
+        ResponseError::NotLeaderOrFollower
+        | ResponseError::KafkaStorageError
+        | ResponseError::NotCoordinator => ResponseError::NotCoordinator,
+        _ => ResponseError::UnknownServerError,
     }
 }
 
-fn fail_waiters(group: &mut Group, code: i16) {
+fn fail_waiters(group: &mut Group, code: ResponseError) {
     for member in group.members.values_mut() {
         if let Some(reply) = member.awaiting_join.take() {
             let _ = reply.send(join_error(code, &member.member_id));

@@ -13,7 +13,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{Decodable, StrBytes};
 
 use super::records::{GroupMetadataValue, MemberValue};
-use crate::protocol::error_code;
+use crate::protocol::ResponseError;
 
 /// The protocol type of Kafka's consumers; their metadata names the topics.
 pub const CONSUMER_PROTOCOL_TYPE: &str = "consumer";
@@ -227,15 +227,15 @@ impl Group {
         &self,
         member_id: &str,
         instance: Option<&str>,
-    ) -> Result<(), i16> {
+    ) -> Result<(), ResponseError> {
         match instance {
             Some(instance) => match self.static_members.get(instance) {
-                None => Err(error_code::UNKNOWN_MEMBER_ID),
-                Some(known) if known != member_id => Err(error_code::FENCED_INSTANCE_ID),
+                None => Err(ResponseError::UnknownMemberId),
+                Some(known) if known != member_id => Err(ResponseError::FencedInstanceId),
                 Some(_) => Ok(()),
             },
             None if self.members.contains_key(member_id) => Ok(()),
-            None => Err(error_code::UNKNOWN_MEMBER_ID),
+            None => Err(ResponseError::UnknownMemberId),
         }
     }
 
@@ -311,10 +311,10 @@ impl Group {
             }
         }
         if let Some(reply) = member.awaiting_join.take() {
-            let _ = reply.send(join_error(error_code::UNKNOWN_MEMBER_ID, member_id));
+            let _ = reply.send(join_error(ResponseError::UnknownMemberId, member_id));
         }
         if let Some(reply) = member.awaiting_sync.take() {
-            let _ = reply.send(sync_error(error_code::UNKNOWN_MEMBER_ID));
+            let _ = reply.send(sync_error(ResponseError::UnknownMemberId));
         }
         if self.leader_id.as_deref() == Some(member_id) {
             self.leader_id = self.members.keys().next().cloned();
@@ -346,7 +346,7 @@ impl Group {
                 member.assignment = Bytes::new();
                 if let Some(reply) = member.awaiting_sync.take() {
                     member.last_heartbeat_ms = now_ms;
-                    let _ = reply.send(sync_error(error_code::REBALANCE_IN_PROGRESS));
+                    let _ = reply.send(sync_error(ResponseError::RebalanceInProgress));
                 }
             }
         }
@@ -550,15 +550,15 @@ impl Group {
     }
 }
 
-pub fn join_error(code: i16, member_id: &str) -> JoinGroupResponse {
+pub fn join_error(error: ResponseError, member_id: &str) -> JoinGroupResponse {
     JoinGroupResponse::default()
-        .with_error_code(code)
+        .with_error_code(error.code())
         .with_generation_id(-1)
         .with_member_id(StrBytes::from_string(member_id.to_owned()))
 }
 
-pub fn sync_error(code: i16) -> SyncGroupResponse {
-    SyncGroupResponse::default().with_error_code(code)
+pub fn sync_error(error: ResponseError) -> SyncGroupResponse {
+    SyncGroupResponse::default().with_error_code(error.code())
 }
 
 #[cfg(test)]
