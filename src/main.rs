@@ -10,6 +10,7 @@ mod metadata;
 mod metrics;
 mod network;
 mod protocol;
+mod replication;
 mod server;
 
 use std::path::PathBuf;

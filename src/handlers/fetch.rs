@@ -17,7 +17,7 @@ use shards::log::TopicPartition;
 
 use super::RequestContext;
 use crate::protocol::{ErrorCode, Records, ResponseError};
-use crate::server::broker::ReadResult;
+use crate::replication::ReadResult;
 use crate::server::fetch_session::{next_epoch, CachedPartition, SessionKey};
 
 const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;

@@ -25,10 +25,12 @@ pub async fn handle(
                 .list_offset(&name, p.partition_index, p.timestamp)
                 .await
             {
-                Ok((timestamp, offset, leader_epoch)) => {
-                    let response = response.with_timestamp(timestamp).with_offset(offset);
+                Ok(found) => {
+                    let response = response
+                        .with_timestamp(found.timestamp)
+                        .with_offset(found.offset);
                     if version >= 4 {
-                        response.with_leader_epoch(leader_epoch)
+                        response.with_leader_epoch(found.leader_epoch)
                     } else {
                         response
                     }

@@ -8,7 +8,7 @@ use shards::log::record_batch::RecordBatchHeader;
 
 use super::RequestContext;
 use crate::protocol::{ErrorCode, ResponseError};
-use crate::server::broker::AppendResult;
+use crate::replication::AppendResult;
 
 pub async fn handle(
     ctx: &RequestContext,

@@ -16,7 +16,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use shards::log::record_batch::{BatchIter, RecordBatchBuilder, RecordIter, RECORD_BATCH_OVERHEAD};
-use shards::log::{decompress, wall_clock_ms, LogManager, TopicPartition};
+use shards::log::{decompress, wall_clock_ms, TopicPartition};
 use tracing::{info, warn};
 
 use super::group::{
@@ -25,6 +25,7 @@ use super::group::{
 };
 use super::records::{GroupMetadataValue, OffsetCommitValue, RecordKey};
 use crate::protocol::ResponseError;
+use crate::replication::{Partition, ReplicaManager};
 
 pub const GROUP_METADATA_TOPIC_NAME: &str = "__consumer_offsets";
 
@@ -112,7 +113,7 @@ impl CoordinatorState {
 
 pub struct GroupCoordinator {
     config: GroupConfig,
-    log_manager: Rc<LogManager>,
+    replica_manager: Rc<ReplicaManager>,
     state: RefCell<CoordinatorState>,
 }
 
@@ -183,10 +184,10 @@ enum JoinStep {
 }
 
 impl GroupCoordinator {
-    pub fn new(config: GroupConfig, log_manager: Rc<LogManager>) -> Rc<Self> {
+    pub fn new(config: GroupConfig, replica_manager: Rc<ReplicaManager>) -> Rc<Self> {
         Rc::new(Self {
             config,
-            log_manager,
+            replica_manager,
             state: RefCell::new(CoordinatorState::default()),
         })
     }
@@ -292,9 +293,9 @@ impl GroupCoordinator {
         }
     }
 
-    fn offsets_log(&self, partition: i32) -> Option<Rc<shards::log::Log>> {
-        self.log_manager
-            .get_log(&TopicPartition::new(GROUP_METADATA_TOPIC_NAME, partition))
+    fn offsets_partition(&self, partition: i32) -> Result<Rc<Partition>, ResponseError> {
+        self.replica_manager
+            .leader_partition(&TopicPartition::new(GROUP_METADATA_TOPIC_NAME, partition))
     }
 
     /// Replays the partition: the last record per key wins, a null value deletes.
@@ -303,12 +304,12 @@ impl GroupCoordinator {
         let mut offsets: HashMap<String, HashMap<(String, i32), CommittedOffset>> = HashMap::new();
         let mut groups: HashMap<String, Option<GroupMetadataValue>> = HashMap::new();
         let mut records = 0u64;
-        if let Some(log) = self.offsets_log(partition) {
-            let mut position = log.log_start_offset();
-            let end = log.high_watermark();
+        if let Ok(stored) = self.offsets_partition(partition) {
+            let mut position = stored.log_start_offset();
+            let end = stored.high_watermark();
             while position < end {
-                let chunk = match log
-                    .read(position, self.config.load_buffer_bytes, end, true)
+                let chunk = match stored
+                    .read_records(position, self.config.load_buffer_bytes, true)
                     .await
                 {
                     Ok(info) => match info.records {
@@ -406,29 +407,23 @@ impl GroupCoordinator {
         partition: i32,
         records: Vec<OffsetsRecord>,
     ) -> Result<(), ResponseError> {
-        let leader_epoch = match self.state.borrow().partitions.get(&partition) {
-            Some(p) => p.leader_epoch,
-            None => return Err(ResponseError::NotCoordinator),
-        };
-        let log = self
-            .offsets_log(partition)
-            .ok_or(ResponseError::NotCoordinator)?;
+        if !self.state.borrow().partitions.contains_key(&partition) {
+            return Err(ResponseError::NotCoordinator);
+        }
+        let offsets = self
+            .offsets_partition(partition)
+            .map_err(|_| ResponseError::NotCoordinator)?;
         let now_ms = wall_clock_ms();
         let mut builder = RecordBatchBuilder::new(0, now_ms);
         for (key, value) in &records {
             builder.append(now_ms, Some(key), value.as_deref());
         }
-        match log
-            .append_as_leader(builder.build(), leader_epoch, now_ms)
+        // acks=all, as Kafka's coordinator writes.
+        offsets
+            .append_records_to_leader(builder.build(), -1)
             .await
-        {
-            Ok(_) => {
-                // This broker is the partition's whole ISR.
-                log.set_high_watermark(log.log_end_offset());
-                Ok(())
-            }
-            Err(error) => Err(error.response_error()),
-        }
+            .map(|_| ())
+            .map_err(|error| error.response_error())
     }
 
     /// Writes a group's metadata record, logging rather than failing: used
