@@ -12,6 +12,8 @@ mod network;
 mod protocol;
 mod replication;
 mod server;
+#[cfg(test)]
+mod test_support;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -1,5 +1,9 @@
-//! Cluster metadata: the store (embedded, ZooKeeper's model) and the image the
-//! shards read.
+//! Cluster metadata: the `ZkClient` interface and its embedded store,
+//! Kafka's znodes typed and read and written through `KafkaZkClient`, and the
+//! image the shards read.
 
 pub mod image;
+pub mod kafka_zk_client;
 pub mod store;
+pub mod zk_client;
+pub mod znodes;

@@ -3,6 +3,8 @@
 //! for by the shards one at a time, and publishes each new image to every
 //! shard, answering only once every shard has applied it.
 
+use std::path::Path;
+use std::rc::Rc;
 use std::sync::Arc;
 
 use futures_channel::oneshot;
@@ -14,8 +16,13 @@ use shards::log::TopicPartition;
 use shards::runtime::ShardPlacement;
 use tracing::warn;
 
-use crate::controller::{ConfigOp, KafkaController, NewTopic};
+use crate::controller::{ConfigOp, KafkaController, NewTopic, TopicDefaults};
 use crate::metadata::image::MetadataImage;
+use crate::metadata::kafka_zk_client::KafkaZkClient;
+use crate::metadata::kafka_zk_client::KafkaZkError;
+use crate::metadata::store::EmbeddedStore;
+use crate::metadata::zk_client::{EventType, ZkClient, ZkEvent, ZkEventReceiver};
+use crate::metadata::znodes::{BrokerIdZNode, ControllerZNode, DeleteTopicsZNode};
 use crate::protocol::{ApiError, ResponseError};
 
 /// Requests that may wait in a shard's channel to the control plane.
@@ -182,16 +189,50 @@ impl ControlClient {
     }
 }
 
-pub struct ControlPlane {
-    controller: KafkaController,
+/// Starts the control plane of a single broker on the embedded store under
+/// `metadata_dir`: Kafka's persistent paths and cluster id, this broker's
+/// registration, and the controller's office, which the only broker always wins.
+pub async fn start_embedded(
+    metadata_dir: &Path,
+    registration: BrokerIdZNode,
+    defaults: TopicDefaults,
+    placement: Arc<ShardPlacement>,
+) -> Result<(ControlPlane<EmbeddedStore>, ZkEventReceiver), KafkaZkError> {
+    let (store, zk_events) = EmbeddedStore::open(metadata_dir)?;
+    let zk = Rc::new(KafkaZkClient::new(store));
+    zk.create_top_level_paths().await?;
+    let proposed = crate::metadata::image::kafka_uuid_string(&uuid::Uuid::new_v4());
+    let cluster_id = zk.get_or_create_cluster_id(&proposed).await?;
+    let broker_id = registration.broker.id;
+    let broker_epoch = zk.register_broker(&registration).await?;
+    tracing::info!(broker = broker_id, broker_epoch, "registered");
+    let mut controller = KafkaController::new(zk, broker_id, cluster_id, defaults);
+    controller.elect().await?;
+    // The embedded store has one session: its broker always wins.
+    assert!(controller.is_active(), "the only broker is the controller");
+    Ok((
+        ControlPlane::new(controller, placement, broker_id),
+        zk_events,
+    ))
+}
+
+/// What the control plane processes, one at a time and in order (Kafka's
+/// ControllerEventManager): the shards' requests and the store's watches.
+enum ControlEvent {
+    Request(ControlRequest),
+    Zk(ZkEvent),
+}
+
+pub struct ControlPlane<Z> {
+    controller: KafkaController<Z>,
     placement: Arc<ShardPlacement>,
     broker_id: i32,
     image_version: u64,
 }
 
-impl ControlPlane {
+impl<Z: ZkClient> ControlPlane<Z> {
     pub fn new(
-        controller: KafkaController,
+        controller: KafkaController<Z>,
         placement: Arc<ShardPlacement>,
         broker_id: i32,
     ) -> Self {
@@ -203,10 +244,11 @@ impl ControlPlane {
         }
     }
 
-    /// Builds the next image and places this broker's new partitions on shards.
-    pub fn next_image(&mut self) -> Arc<MetadataImage> {
+    /// Builds the next image and places this broker's new partitions on
+    /// shards; None while this broker is not the controller.
+    pub fn next_image(&mut self) -> Option<Arc<MetadataImage>> {
         self.image_version += 1;
-        let mut image = self.controller.build_image(self.image_version);
+        let mut image = self.controller.build_image(self.image_version)?;
         let mine: Vec<TopicPartition> = image
             .topics
             .values()
@@ -223,18 +265,18 @@ impl ControlPlane {
             Ok(shards) => shards,
             Err(error) => {
                 warn!(%error, "cannot persist shard placement; partitions stay unplaced");
-                return Arc::new(image);
+                return Some(Arc::new(image));
             }
         };
         for (tp, shard) in mine.iter().zip(shards) {
             let topic = Arc::make_mut(image.topics.get_mut(&tp.topic).unwrap());
             topic.partitions[tp.partition as usize].shard = Some(shard);
         }
-        Arc::new(image)
+        Some(Arc::new(image))
     }
 
     /// Serves the shards until every one of them has hung up.
-    pub async fn run(mut self, ends: ControlEnds) {
+    pub async fn run(mut self, ends: ControlEnds, zk_events: ZkEventReceiver) {
         let mut images: Vec<ConnectedSender<ApplyImage>> = Vec::new();
         let connecting: Vec<_> = ends
             .images
@@ -242,36 +284,52 @@ impl ControlPlane {
             .map(|s| glommio::spawn_local(s.connect()))
             .collect();
         let (merged_tx, merged_rx) =
-            local_channel::new_bounded::<ControlRequest>(CONTROL_CHANNEL_CAPACITY);
+            local_channel::new_bounded::<ControlEvent>(CONTROL_CHANNEL_CAPACITY);
         let merged_tx = std::rc::Rc::new(merged_tx);
+        let mut shards_left = Vec::new();
         for receiver in ends.requests {
             let merged_tx = merged_tx.clone();
-            glommio::spawn_local(async move {
+            shards_left.push(glommio::spawn_local(async move {
                 let receiver: ConnectedReceiver<ControlRequest> = receiver.connect().await;
                 while let Some(request) = receiver.recv().await {
-                    if merged_tx.send(request).await.is_err() {
+                    if merged_tx
+                        .send(ControlEvent::Request(request))
+                        .await
+                        .is_err()
+                    {
                         break;
                     }
                 }
-            })
-            .detach();
+            }));
         }
+        let watches = glommio::spawn_local({
+            let merged_tx = merged_tx.clone();
+            async move {
+                while let Some(event) = zk_events.recv().await {
+                    if merged_tx.send(ControlEvent::Zk(event)).await.is_err() {
+                        break;
+                    }
+                }
+            }
+        });
         drop(merged_tx);
+        // The queue ends once every shard hung up, whatever the store still sends.
+        glommio::spawn_local(async move {
+            for shard in shards_left {
+                shard.await;
+            }
+            watches.cancel().await;
+        })
+        .detach();
         for task in connecting {
             images.push(task.await);
         }
-        while let Some(request) = merged_rx.recv().await {
-            let (changed, reply) = self.serve(request);
-            if let Err(error) = self.controller.commit() {
-                // The store cannot reach its disk: nothing more can be changed safely.
-                tracing::error!(
-                    ?error,
-                    "metadata store commit failed; stopping the control plane"
-                );
-                return;
-            }
-            if changed {
-                let image = self.next_image();
+        while let Some(event) = merged_rx.recv().await {
+            let (changed, reply) = match event {
+                ControlEvent::Request(request) => self.serve(request).await,
+                ControlEvent::Zk(event) => (self.on_zk_event(event).await, Box::new(|| ()) as _),
+            };
+            if let Some(image) = changed.then(|| self.next_image()).flatten() {
                 for shard in &images {
                     let (applied, done) = oneshot::channel();
                     if shard
@@ -292,19 +350,19 @@ impl ControlPlane {
 
     /// Applies one request. Returns whether the metadata changed and the reply,
     /// which `run` sends only after every shard applied the change.
-    fn serve(&mut self, request: ControlRequest) -> (bool, Box<dyn FnOnce()>) {
+    async fn serve(&mut self, request: ControlRequest) -> (bool, Box<dyn FnOnce()>) {
         match request {
             ControlRequest::CreateTopics {
                 topics,
                 validate_only,
                 reply,
             } => {
-                let results = self.controller.create_topics(&topics, validate_only);
+                let results = self.controller.create_topics(&topics, validate_only).await;
                 let changed = !validate_only && results.iter().any(Result::is_ok);
                 (changed, Box::new(move || drop(reply.send(results))))
             }
             ControlRequest::DeleteTopics { names, reply } => {
-                let results = self.controller.delete_topics(&names);
+                let results = self.controller.delete_topics(&names).await;
                 let changed = results.iter().any(Result::is_ok);
                 (changed, Box::new(move || drop(reply.send(results))))
             }
@@ -315,9 +373,10 @@ impl ControlPlane {
                 validate_only,
                 reply,
             } => {
-                let result =
-                    self.controller
-                        .create_partitions(&topic, count, assignments, validate_only);
+                let result = self
+                    .controller
+                    .create_partitions(&topic, count, assignments, validate_only)
+                    .await;
                 let changed = !validate_only && result.is_ok();
                 (changed, Box::new(move || drop(reply.send(result))))
             }
@@ -328,18 +387,36 @@ impl ControlPlane {
                 validate_only,
                 reply,
             } => {
-                let result = self.controller.alter_topic_config(
-                    &topic,
-                    &changes,
-                    replace_all,
-                    validate_only,
-                );
+                let result = self
+                    .controller
+                    .alter_topic_config(&topic, &changes, replace_all, validate_only)
+                    .await;
                 let changed = !validate_only && result.is_ok();
                 (changed, Box::new(move || drop(reply.send(result))))
             }
             ControlRequest::AllocateProducerId { reply } => {
-                let result = self.controller.allocate_producer_id();
+                let result = self.controller.allocate_producer_id().await;
                 (false, Box::new(move || drop(reply.send(result))))
+            }
+        }
+    }
+
+    /// A fired watch; returns whether the metadata changed.
+    async fn on_zk_event(&mut self, event: ZkEvent) -> bool {
+        match (event.path.as_str(), event.event) {
+            (DeleteTopicsZNode::PATH, EventType::NodeChildrenChanged) => {
+                self.controller.on_topic_deletion().await
+            }
+            (ControllerZNode::PATH, _) => {
+                let was_active = self.controller.is_active();
+                if let Err(error) = self.controller.elect().await {
+                    tracing::error!(%error, "controller election failed");
+                }
+                was_active != self.controller.is_active()
+            }
+            (path, event) => {
+                tracing::debug!(path, ?event, "watch fired with nothing to do");
+                false
             }
         }
     }

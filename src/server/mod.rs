@@ -20,13 +20,11 @@ use shards::runtime::{
 use tracing::{info, warn};
 
 use self::broker::ShardBroker;
-use self::control::{
-    build_control_channels, ApplyImage, ControlClient, ControlPlane, ShardControlEnds,
-};
+use self::control::{build_control_channels, ApplyImage, ControlClient, ShardControlEnds};
 use crate::config::BrokerConfig;
-use crate::controller::{KafkaController, TopicDefaults};
-use crate::metadata::image::{Broker, EndPoint};
-use crate::metadata::store::EmbeddedStore;
+use crate::controller::TopicDefaults;
+use crate::metadata::image::{Broker, EndPoint, MetadataImage};
+use crate::metadata::znodes::BrokerIdZNode;
 use crate::metrics;
 use crate::network::{accept_loop, probe_listeners, InFlight, ListenerSockets};
 
@@ -60,10 +58,8 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
         .into());
     }
     let addresses = probe_listeners(&config.listeners)?;
-    let store = EmbeddedStore::open(&config.log_dirs[0])?;
-    let controller = KafkaController::startup(
-        store,
-        Broker {
+    let registration = BrokerIdZNode {
+        broker: Broker {
             id: config.broker_id,
             endpoints: config
                 .listeners
@@ -81,26 +77,50 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
                 })
                 .collect(),
         },
-        TopicDefaults {
-            num_partitions: config.num_partitions,
-            default_replication_factor: config.default_replication_factor,
-            log_config: config.log_defaults.clone(),
-        },
-    )?;
+        rack: None,
+        timestamp_ms: shards::log::wall_clock_ms(),
+    };
+    let defaults = TopicDefaults {
+        num_partitions: config.num_partitions,
+        default_replication_factor: config.default_replication_factor,
+        log_config: config.log_defaults.clone(),
+    };
     let placement = Arc::new(ShardPlacement::load(&config.log_dirs, nr_shards)?);
-    let mut control_plane = ControlPlane::new(controller, placement, config.broker_id);
-    let initial_image = control_plane.next_image();
     let (control_ends, shard_ends) = build_control_channels(nr_shards);
     let runtime = ShardRuntimeConfig::for_cores(config.cores.clone());
     // Before the first executor: the control plane's needs locked memory too.
     raise_memlock_limit(
         runtime.locked_bytes() + EXECUTOR_LOCKED_BYTES + CONTROL_IO_MEMORY_BYTES as u64,
     );
+    // The control thread opens the store, registers this broker and takes
+    // the controller's office, then hands the first image to the shards.
+    let (started_tx, started_rx) = mpsc::channel::<Result<Arc<MetadataImage>, String>>();
+    let (metadata_dir, broker_id) = (config.log_dirs[0].clone(), config.broker_id);
     let control = LocalExecutorBuilder::new(Placement::Unbound)
         .name("control")
         .io_memory(CONTROL_IO_MEMORY_BYTES)
-        .spawn(move || control_plane.run(control_ends))
+        .spawn(move || async move {
+            let started =
+                control::start_embedded(&metadata_dir, registration, defaults, placement).await;
+            match started {
+                Ok((mut control_plane, zk_events)) => {
+                    let image = control_plane
+                        .next_image()
+                        .expect("the controller is active");
+                    let _ = started_tx.send(Ok(image));
+                    control_plane.run(control_ends, zk_events).await;
+                }
+                Err(error) => {
+                    let _ = started_tx.send(Err(format!("broker {broker_id}: {error}")));
+                }
+            }
+        })
         .map_err(|e| e.to_string())?;
+    let initial_image = match started_rx.recv() {
+        Ok(Ok(image)) => image,
+        Ok(Err(error)) => return Err(error.into()),
+        Err(_) => return Err("the control thread died while starting".into()),
+    };
 
     let stop = Arc::new(AtomicBool::new(false));
     let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();

@@ -1,0 +1,103 @@
+//! `ControllerContext`: what the controller knows of the cluster, loaded from
+//! ZooKeeper when it takes office and kept current by its own writes, as
+//! Kafka's class of that name. The metadata image is built from it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use shards::log::LogConfig;
+use uuid::Uuid;
+
+use crate::metadata::image::{MetadataImage, PartitionImage, TopicImage};
+use crate::metadata::kafka_zk_client::{ControllerEpoch, Versioned};
+use crate::metadata::znodes::{BrokerIdZNode, TopicPartitionStateZNode};
+
+/// A registered broker and its epoch (its registration's czxid).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveBroker {
+    pub info: BrokerIdZNode,
+    pub epoch: i64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct TopicContext {
+    pub id: Uuid,
+    /// Replicas by partition, and the assignment znode's version.
+    pub assignment: Vec<Vec<i32>>,
+    pub assignment_version: i32,
+    /// Each partition's state znode and its version, once written.
+    pub states: Vec<Option<Versioned<TopicPartitionStateZNode>>>,
+    /// The overrides in `/config/topics/<t>`, and that znode's version.
+    pub config_overrides: BTreeMap<String, String>,
+    pub config_version: Option<i32>,
+    /// The broker's defaults with the overrides applied.
+    pub log_config: Arc<LogConfig>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ControllerContext {
+    pub epoch: ControllerEpoch,
+    pub cluster_id: String,
+    pub live_brokers: BTreeMap<i32, LiveBroker>,
+    pub topics: BTreeMap<String, TopicContext>,
+}
+
+impl ControllerContext {
+    pub fn new(epoch: ControllerEpoch, cluster_id: String) -> Self {
+        Self {
+            epoch,
+            cluster_id,
+            live_brokers: BTreeMap::new(),
+            topics: BTreeMap::new(),
+        }
+    }
+
+    pub fn live_broker_ids(&self) -> Vec<i32> {
+        self.live_brokers.keys().copied().collect()
+    }
+
+    /// What the shards read, as version `version`, with this broker
+    /// (`controller_id`) as controller.
+    pub fn image(&self, version: u64, controller_id: i32) -> MetadataImage {
+        let mut image = MetadataImage::empty();
+        image.version = version;
+        image.cluster_id = self.cluster_id.clone();
+        image.controller_id = controller_id;
+        for (id, broker) in &self.live_brokers {
+            image.brokers.insert(*id, broker.info.broker.clone());
+        }
+        for (name, topic) in &self.topics {
+            let partitions = topic
+                .assignment
+                .iter()
+                .enumerate()
+                .map(|(partition, replicas)| {
+                    let state = topic
+                        .states
+                        .get(partition)
+                        .and_then(Option::as_ref)
+                        .map(|(state, _)| state);
+                    PartitionImage {
+                        leader: state.map_or(-1, |s| s.leader),
+                        leader_epoch: state.map_or(0, |s| s.leader_epoch),
+                        isr: state.map(|s| s.isr.clone()).unwrap_or_default(),
+                        replicas: replicas.clone(),
+                        shard: None,
+                    }
+                })
+                .collect();
+            image.topic_ids.insert(topic.id, name.clone());
+            image.topics.insert(
+                name.clone(),
+                Arc::new(TopicImage {
+                    name: name.clone(),
+                    id: topic.id,
+                    partitions,
+                    config_overrides: topic.config_overrides.clone(),
+                    log_config: topic.log_config.clone(),
+                }),
+            );
+        }
+        image
+    }
+}
