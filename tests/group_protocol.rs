@@ -678,8 +678,10 @@ fn the_initial_rebalance_delay_is_waited_once() {
     );
     let waited = started.elapsed();
     assert_eq!(joined.error_code, NONE);
+    // The broker counts whole milliseconds: its deadline can fall up to 1 ms
+    // before 1000 ms of this clock have passed.
     assert!(
-        waited >= Duration::from_millis(1000) && waited < Duration::from_millis(1800),
+        waited >= Duration::from_millis(999) && waited < Duration::from_millis(1800),
         "joined after {waited:?}"
     );
 }
