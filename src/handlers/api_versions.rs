@@ -3,33 +3,32 @@
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
 
-use super::{RequestContext, SUPPORTED_APIS};
+use super::{ApiTable, RequestContext};
 use crate::protocol::ResponseError;
 
-fn api_keys() -> Vec<ApiVersion> {
-    SUPPORTED_APIS
+/// Exactly what the listener's table serves.
+fn api_keys(apis: &ApiTable) -> Vec<ApiVersion> {
+    apis.apis()
         .iter()
-        .map(|(key, min, max)| {
+        .map(|api| {
             ApiVersion::default()
-                .with_api_key(*key as i16)
-                .with_min_version(*min)
-                .with_max_version(*max)
+                .with_api_key(api.key)
+                .with_min_version(api.min_version)
+                .with_max_version(api.max_version)
         })
         .collect()
 }
 
 pub async fn handle(
-    _ctx: &RequestContext,
+    ctx: &RequestContext,
     _request: ApiVersionsRequest,
     _version: i16,
 ) -> ApiVersionsResponse {
-    ApiVersionsResponse::default()
-        .with_error_code(0)
-        .with_api_keys(api_keys())
+    ApiVersionsResponse::default().with_api_keys(api_keys(&ctx.apis))
 }
 
-pub fn unsupported_version() -> ApiVersionsResponse {
+pub fn unsupported_version(apis: &ApiTable) -> ApiVersionsResponse {
     ApiVersionsResponse::default()
         .with_error_code(ResponseError::UnsupportedVersion.code())
-        .with_api_keys(api_keys())
+        .with_api_keys(api_keys(apis))
 }

@@ -18,9 +18,7 @@ use shards::log::FileRecords;
 use tracing::{debug, info, warn};
 
 use crate::config::ListenerConfig;
-use crate::handlers::{handle_request, ConnectionInfo, Outcome};
-use crate::protocol::{peek_api, FrameError, FramePart, ResponseError};
-use crate::server::broker::ShardBroker;
+use crate::protocol::{peek_api, FrameError, FramePart};
 
 /// Scrapers waiting to be accepted by the metrics endpoint.
 const METRICS_BACKLOG: i32 = 16;
@@ -31,6 +29,47 @@ const PORT_RETRY_INTERVAL: Duration = Duration::from_millis(50);
 const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(100);
 /// How often an idle connection looks for shutdown.
 const STOP_POLL_INTERVAL: Duration = Duration::from_millis(20);
+
+/// Who is at the other end of a connection, for every request on it.
+pub struct ConnectionInfo {
+    pub listener_name: Rc<str>,
+    /// The peer as Kafka prints it (`/127.0.0.1`).
+    pub client_host: String,
+}
+
+/// What to do after a request.
+pub enum Outcome {
+    Respond(Bytes),
+    /// A frame in parts, ranges of segment files among them (Fetch).
+    RespondInParts(Vec<FramePart>),
+    /// acks=0 produce: Kafka sends nothing back.
+    NoResponse,
+}
+
+/// What serves a listener's requests: the network reads frames and sends
+/// responses, the dispatcher turns one into the other.
+#[allow(async_fn_in_trait)] // called on the shard that owns the connection only
+pub trait Dispatcher {
+    async fn dispatch(
+        &self,
+        connection: &ConnectionInfo,
+        frame: Bytes,
+    ) -> Result<Outcome, FrameError>;
+    /// A request whose API or version is not served: the connection closes.
+    fn request_refused(&self, api_key: i16);
+    /// A request answered, `elapsed` from its read to its response sent
+    /// (Kafka's TotalTimeMs).
+    fn request_answered(&self, api_key: i16, elapsed: Duration);
+}
+
+/// Bounds every connection of a listener keeps to.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectionLimits {
+    /// `socket.request.max.bytes`
+    pub max_request_bytes: usize,
+    /// `connections.max.idle.ms`
+    pub idle_timeout: Duration,
+}
 
 /// This shard's connections, for a shutdown that answers in-flight requests
 /// and then closes every connection.
@@ -185,10 +224,11 @@ fn new_socket(address: SocketAddr) -> io::Result<socket2::Socket> {
 }
 
 /// Accepts on one listener's socket of this shard, for as long as it runs.
-pub async fn accept_loop(
+pub async fn accept_loop<D: Dispatcher + 'static>(
     socket: OwnedFd,
     listener_name: Rc<str>,
-    broker: Rc<ShardBroker>,
+    dispatcher: Rc<D>,
+    limits: ConnectionLimits,
     in_flight: Rc<InFlight>,
 ) {
     // SAFETY: a bound, listening TCP socket this function now owns.
@@ -196,19 +236,21 @@ pub async fn accept_loop(
     loop {
         match listener.accept().await {
             Ok(stream) => {
-                let broker = broker.clone();
+                let dispatcher = dispatcher.clone();
                 let in_flight = in_flight.clone();
                 let listener_name = listener_name.clone();
                 in_flight.connections.set(in_flight.connections.get() + 1);
                 glommio::spawn_local(async move {
                     let peer = stream.peer_addr().ok();
-                    match serve_connection(stream, listener_name, &broker, &in_flight).await {
+                    let served =
+                        serve_connection(stream, listener_name, &*dispatcher, limits, &in_flight);
+                    match served.await {
                         Ok(()) => {}
                         Err(ConnectionError::Peer(error)) => {
-                            debug!(?peer, shard = broker.shard_id, %error, "client disconnected")
+                            debug!(?peer, %error, "client disconnected")
                         }
                         Err(ConnectionError::Protocol(reason)) => {
-                            warn!(?peer, shard = broker.shard_id, %reason, "closing connection")
+                            warn!(?peer, %reason, "closing connection")
                         }
                     }
                     in_flight.connections.set(in_flight.connections.get() - 1);
@@ -371,7 +413,8 @@ async fn send_file(stream: &mut TcpStream, records: &FileRecords) -> io::Result<
 async fn serve_connection(
     mut stream: TcpStream,
     listener_name: Rc<str>,
-    broker: &Rc<ShardBroker>,
+    dispatcher: &impl Dispatcher,
+    limits: ConnectionLimits,
     in_flight: &InFlight,
 ) -> Result<(), ConnectionError> {
     stream
@@ -388,8 +431,10 @@ async fn serve_connection(
             .map(|address| format!("/{}", address.ip()))
             .unwrap_or_default(),
     };
-    let max_request_bytes = broker.config.socket_request_max_bytes;
-    let idle_timeout = Duration::from_millis(broker.config.connections_max_idle_ms);
+    let ConnectionLimits {
+        max_request_bytes,
+        idle_timeout,
+    } = limits;
     loop {
         let mut size = [0u8; 4];
         let next =
@@ -424,7 +469,7 @@ async fn serve_connection(
             .map_err(ConnectionError::Peer)?;
         let received = std::time::Instant::now();
         let api_key = peek_api(&frame).map_or(-1, |(api_key, _)| api_key);
-        let outcome = handle_request(broker, &connection, Bytes::from(frame)).await;
+        let outcome = dispatcher.dispatch(&connection, Bytes::from(frame)).await;
         match outcome {
             Ok(Outcome::Respond(response)) => stream
                 .write_all(&response)
@@ -436,14 +481,12 @@ async fn serve_connection(
             Ok(Outcome::NoResponse) => {}
             Err(error) => {
                 if matches!(error, FrameError::Unsupported { .. }) {
-                    broker
-                        .metrics
-                        .record_error(api_key, ResponseError::UnsupportedVersion.code());
+                    dispatcher.request_refused(api_key);
                 }
                 return Err(ConnectionError::Protocol(error.to_string()));
             }
         }
         // Kafka's TotalTimeMs: from the request read to its response sent.
-        broker.metrics.record_request(api_key, received.elapsed());
+        dispatcher.request_answered(api_key, received.elapsed());
     }
 }

@@ -49,12 +49,8 @@ pub fn peek_api(frame: &[u8]) -> Result<(i16, i16), FrameError> {
     ))
 }
 
-pub fn decode_header(
-    api_key: ApiKey,
-    api_version: i16,
-    body: &mut Bytes,
-) -> Result<RequestHeader, FrameError> {
-    RequestHeader::decode(body, api_key.request_header_version(api_version))
+pub fn decode_header(header_version: i16, body: &mut Bytes) -> Result<RequestHeader, FrameError> {
+    RequestHeader::decode(body, header_version)
         .map_err(|error| FrameError::Malformed(format!("request header: {error}")))
 }
 

@@ -23,10 +23,11 @@ use self::broker::ShardBroker;
 use self::control::{build_control_channels, ApplyImage, ControlClient, ShardControlEnds};
 use crate::config::BrokerConfig;
 use crate::controller::TopicDefaults;
+use crate::handlers::{ApiTable, RequestDispatcher};
 use crate::metadata::image::{Broker, EndPoint, MetadataImage};
 use crate::metadata::znodes::BrokerIdZNode;
 use crate::metrics;
-use crate::network::{accept_loop, probe_listeners, InFlight, ListenerSockets};
+use crate::network::{accept_loop, probe_listeners, ConnectionLimits, InFlight, ListenerSockets};
 
 /// How often a shard looks for the shutdown signal.
 const STOP_POLL_INTERVAL: Duration = Duration::from_millis(20);
@@ -210,13 +211,22 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
                     }
                 };
                 let in_flight = Rc::new(InFlight::default());
+                let limits = ConnectionLimits {
+                    max_request_bytes: config.socket_request_max_bytes,
+                    idle_timeout: Duration::from_millis(config.connections_max_idle_ms),
+                };
+                // A dispatcher per listener, each with its listener's table.
+                let client_apis = Rc::new(ApiTable::client());
                 let acceptors: Vec<_> = sockets
                     .into_iter()
                     .map(|(name, socket)| {
+                        let dispatcher =
+                            RequestDispatcher::new(broker.clone(), client_apis.clone());
                         glommio::spawn_local(accept_loop(
                             socket,
                             Rc::from(name),
-                            broker.clone(),
+                            Rc::new(dispatcher),
+                            limits,
                             in_flight.clone(),
                         ))
                     })
