@@ -55,8 +55,9 @@ fn main() -> ExitCode {
         // Colour codes only for a terminal, not for a log file or a pipe.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+                tracing_subscriber::EnvFilter::new("info,zookeeper_client=warn")
+            }),
         )
         .init();
     let cli = Cli::parse();

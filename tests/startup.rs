@@ -37,13 +37,31 @@ fn invalid_values_stop_the_start_and_name_the_key() {
         ("log.segment.bytes=lots", "log.segment.bytes"),
         ("num.partitions=-x", "num.partitions"),
         ("listeners=SSL://:9093", "listeners"),
-        ("zookeeper.connect=127.0.0.1:2181", "zookeeper.connect"),
+        ("zookeeper.connect=127.0.0.1:2181/a/", "zookeeper.connect"),
+        ("zookeeper.connect=127.0.0.1:port", "zookeeper.connect"),
     ] {
         let output = start(&[entry]);
         assert!(!output.status.success(), "{entry} was accepted");
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(stderr.contains(key), "{entry}: {stderr}");
     }
+}
+
+#[test]
+fn zookeeper_unreachable_at_start_stops_the_start_after_the_connection_timeout() {
+    // Nothing listens on port 1.
+    let output = start(&[
+        "zookeeper.connect=127.0.0.1:1",
+        "zookeeper.connection.timeout.ms=1000",
+    ]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(
+            "cannot open a ZooKeeper session at 127.0.0.1:1 (zookeeper.connect) within 1000 ms"
+        ),
+        "{stderr}"
+    );
 }
 
 #[test]

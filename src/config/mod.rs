@@ -6,12 +6,14 @@ pub mod describe;
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use shards::log::{LogConfig, LogManagerConfig, TOPIC_CONFIG_NAMES};
 
 use self::definitions::kafka_config_defs;
 
 use crate::coordinator::group::GroupConfig;
+use crate::metadata::zookeeper::ZooKeeperConfig;
 use tracing::{info, warn};
 
 /// Keys this broker understands beyond the topic defaults (`log.*`).
@@ -52,6 +54,11 @@ const BROKER_KEYS: &[&str] = &[
     "group.max.size",
     "ringbroker.cores",
     "ringbroker.metrics.port",
+    "zookeeper.connect",
+    "zookeeper.session.timeout.ms",
+    "zookeeper.connection.timeout.ms",
+    "zookeeper.max.in.flight.requests",
+    "broker.rack",
 ];
 
 /// KRaft keys a ZooKeeper-mode broker has no use for: said once, then ignored.
@@ -88,6 +95,10 @@ pub struct BrokerConfig {
     /// Every key as given (server.properties and overrides), for DescribeConfigs.
     pub properties: BTreeMap<String, String>,
     pub broker_id: i32,
+    /// `broker.rack`
+    pub rack: Option<String>,
+    /// `zookeeper.*`: None runs one broker on the embedded store.
+    pub zookeeper: Option<ZooKeeperConfig>,
     /// Every listener of `listeners`, in its order.
     pub listeners: Vec<ListenerConfig>,
     /// `inter.broker.listener.name`: one of `listeners`.
@@ -169,13 +180,6 @@ impl BrokerConfig {
 
     pub fn from_properties(properties: &BTreeMap<String, String>) -> Result<Self, ConfigError> {
         let get = |key: &str| properties.get(key).map(String::as_str);
-        if get("zookeeper.connect").is_some_and(|v| !v.trim().is_empty()) {
-            return Err(ConfigError(
-                "invalid value for zookeeper.connect: ZooKeeper mode is not implemented yet; \
-                 remove it to run a single broker with embedded metadata"
-                    .into(),
-            ));
-        }
         let log_defaults = log_defaults(properties)?;
         let ignored: Vec<&str> = KRAFT_KEYS
             .iter()
@@ -317,6 +321,11 @@ impl BrokerConfig {
         Ok(Self {
             properties: properties.clone(),
             broker_id: broker_id(&get)?,
+            rack: get("broker.rack")
+                .map(str::trim)
+                .filter(|rack| !rack.is_empty())
+                .map(str::to_owned),
+            zookeeper: zookeeper(&get)?,
             listeners,
             inter_broker_listener_name,
             socket_listen_backlog_size: number("socket.listen.backlog.size", 50)? as u32,
@@ -400,6 +409,47 @@ fn log_defaults(properties: &BTreeMap<String, String>) -> Result<LogConfig, Conf
 }
 
 /// `broker.id`, or KRaft's `node.id` (the two must agree when both are set).
+/// `zookeeper.*` with Kafka's defaults; None without `zookeeper.connect`.
+fn zookeeper<'a>(
+    get: &impl Fn(&str) -> Option<&'a str>,
+) -> Result<Option<ZooKeeperConfig>, ConfigError> {
+    let Some(connect) = get("zookeeper.connect")
+        .map(str::trim)
+        .filter(|connect| !connect.is_empty())
+    else {
+        return Ok(None);
+    };
+    let (hosts, chroot) = connect.split_at(connect.find('/').unwrap_or(connect.len()));
+    let valid_host = |host: &str| match host.rsplit_once(':') {
+        Some((name, port)) => !name.is_empty() && port.parse::<u16>().is_ok(),
+        None => !host.is_empty(),
+    };
+    // ZooKeeper's path rules: no empty segment, no trailing slash but the root.
+    let valid_chroot = chroot.len() <= 1 || !chroot[1..].split('/').any(str::is_empty);
+    if !hosts.split(',').map(str::trim).all(valid_host) || !valid_chroot {
+        return Err(ConfigError(format!(
+            "invalid value {connect:?} for zookeeper.connect: expected host:port,... with an optional /chroot"
+        )));
+    }
+    let millis = |key: &str, default: u64| -> Result<u64, ConfigError> {
+        let value = get(key).map_or(Ok(default), |v| parse(key, v))?;
+        if value == 0 {
+            return Err(ConfigError(format!("invalid value 0 for {key}")));
+        }
+        Ok(value)
+    };
+    // Kafka's defaults.
+    let session_timeout_ms = millis("zookeeper.session.timeout.ms", 18_000)?;
+    let connection_timeout_ms = millis("zookeeper.connection.timeout.ms", session_timeout_ms)?;
+    let max_in_flight_requests = millis("zookeeper.max.in.flight.requests", 10)? as usize;
+    Ok(Some(ZooKeeperConfig {
+        connect: connect.to_owned(),
+        session_timeout: Duration::from_millis(session_timeout_ms),
+        connection_timeout: Duration::from_millis(connection_timeout_ms),
+        max_in_flight_requests,
+    }))
+}
+
 fn broker_id<'a>(get: &impl Fn(&str) -> Option<&'a str>) -> Result<i32, ConfigError> {
     let broker_id = get("broker.id")
         .map(|v| parse::<i32>("broker.id", v))
@@ -558,6 +608,65 @@ fn parse_endpoints(key: &str, value: &str) -> Result<Vec<(String, String, u16)>,
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn zookeeper_keys_with_kafkas_defaults() {
+        let config = |entries: &[&str]| {
+            let properties = parse_properties(&entries.join("\n"));
+            BrokerConfig::from_properties(&properties)
+        };
+        assert!(
+            config(&[]).unwrap().zookeeper.is_none(),
+            "embedded by default"
+        );
+        let zookeeper = config(&["zookeeper.connect=a:2181,b:2182/kafka"])
+            .unwrap()
+            .zookeeper
+            .unwrap();
+        assert_eq!(
+            zookeeper,
+            ZooKeeperConfig {
+                connect: "a:2181,b:2182/kafka".into(),
+                session_timeout: Duration::from_millis(18_000),
+                connection_timeout: Duration::from_millis(18_000),
+                max_in_flight_requests: 10,
+            }
+        );
+        let tuned = config(&[
+            "zookeeper.connect=a:2181",
+            "zookeeper.session.timeout.ms=6000",
+            "zookeeper.connection.timeout.ms=2000",
+            "zookeeper.max.in.flight.requests=3",
+            "broker.rack=r1",
+        ])
+        .unwrap();
+        assert_eq!(tuned.rack.as_deref(), Some("r1"));
+        let zookeeper = tuned.zookeeper.unwrap();
+        assert_eq!(
+            (zookeeper.session_timeout, zookeeper.connection_timeout),
+            (Duration::from_millis(6000), Duration::from_millis(2000))
+        );
+        assert_eq!(zookeeper.max_in_flight_requests, 3);
+        for bad in [
+            "zookeeper.connect=a:port",
+            "zookeeper.connect=,",
+            "zookeeper.connect=a:1/kafka/",
+            "zookeeper.connect=a:1//kafka",
+        ] {
+            let error = config(&[bad]).unwrap_err().0;
+            assert!(error.contains("zookeeper.connect"), "{bad}: {error}");
+        }
+        let error = config(&[
+            "zookeeper.connect=a:1",
+            "zookeeper.max.in.flight.requests=0",
+        ])
+        .unwrap_err()
+        .0;
+        assert!(
+            error.contains("zookeeper.max.in.flight.requests"),
+            "{error}"
+        );
+    }
 
     #[test]
     fn kafka_keys_and_errors_that_name_the_key() {

@@ -63,6 +63,7 @@ impl ControllerContext {
         image.version = version;
         image.cluster_id = self.cluster_id.clone();
         image.controller_id = controller_id;
+        image.complete = true;
         for (id, broker) in &self.live_brokers {
             image.brokers.insert(*id, broker.info.broker.clone());
         }

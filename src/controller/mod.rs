@@ -170,6 +170,13 @@ impl<Z: ZkClient> KafkaController<Z> {
         Ok(())
     }
 
+    /// The session that held `/controller` (if this broker did) is gone:
+    /// step down, then run the election on the new session.
+    pub async fn on_new_session(&mut self) -> Result<(), KafkaZkError> {
+        self.resign();
+        self.elect().await
+    }
+
     fn resign(&mut self) {
         if let Some(context) = self.context.take() {
             info!(

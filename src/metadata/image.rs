@@ -72,6 +72,10 @@ pub struct MetadataImage {
     pub brokers: BTreeMap<i32, Broker>,
     pub topics: BTreeMap<String, Arc<TopicImage>>,
     pub topic_ids: HashMap<Uuid, String>,
+    /// Every topic of the cluster is here (the controller's own view), so a
+    /// local log of a topic it lacks is a deleted topic's. False before the
+    /// controller has told this broker anything: logs are kept.
+    pub complete: bool,
 }
 
 impl MetadataImage {
@@ -83,6 +87,7 @@ impl MetadataImage {
             brokers: BTreeMap::new(),
             topics: BTreeMap::new(),
             topic_ids: HashMap::new(),
+            complete: false,
         }
     }
 

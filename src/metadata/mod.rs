@@ -7,3 +7,4 @@ pub mod kafka_zk_client;
 pub mod store;
 pub mod zk_client;
 pub mod znodes;
+pub mod zookeeper;

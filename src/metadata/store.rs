@@ -216,14 +216,14 @@ impl Tree {
                 _ => &mut self.data_watches,
             };
             if watches.remove(&path) {
-                fired.push(ZkEvent {
+                fired.push(ZkEvent::Watched {
                     path: path.clone(),
                     event,
                 });
             }
             // A deleted node's child watch fires too, as ZooKeeper's does.
             if event == EventType::NodeDeleted && self.child_watches.remove(&path) {
-                fired.push(ZkEvent { path, event });
+                fired.push(ZkEvent::Watched { path, event });
             }
         }
         fired
@@ -681,7 +681,7 @@ mod tests {
                 .unwrap()
                 .is_some());
             store.multi(&[delete("/controller")]).await.unwrap();
-            let watched = |path: &str, event| ZkEvent {
+            let watched = |path: &str, event| ZkEvent::Watched {
                 path: path.into(),
                 event,
             };

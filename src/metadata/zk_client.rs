@@ -46,6 +46,11 @@ pub enum ZkError {
     BadVersion(String),
     NotEmpty(String),
     NoChildrenForEphemerals(String),
+    /// The session is gone, its ephemeral nodes and watches with it.
+    SessionExpired,
+    /// ZooKeeper could not be reached, or the connection dropped with the
+    /// request in flight: its outcome is unknown.
+    ConnectionLoss(String),
     /// The embedded store could not write its disk.
     Io(String),
 }
@@ -60,6 +65,8 @@ impl fmt::Display for ZkError {
             ZkError::NoChildrenForEphemerals(path) => {
                 write!(f, "{path} is ephemeral and cannot have children")
             }
+            ZkError::SessionExpired => write!(f, "ZooKeeper session expired"),
+            ZkError::ConnectionLoss(why) => write!(f, "ZooKeeper connection lost: {why}"),
             ZkError::Io(why) => write!(f, "metadata store I/O: {why}"),
         }
     }
@@ -91,6 +98,17 @@ pub enum Op {
     },
 }
 
+impl Op {
+    pub fn path(&self) -> &str {
+        match self {
+            Op::Check { path, .. }
+            | Op::Create { path, .. }
+            | Op::SetData { path, .. }
+            | Op::Delete { path, .. } => path,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OpResult {
     Check,
@@ -108,7 +126,7 @@ pub enum OpResult {
 /// A `multi` that changed nothing: the first operation that failed and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MultiError {
-    /// None when the request itself failed (the embedded store's disk).
+    /// None when the request itself failed (session, connection, disk).
     pub index: Option<usize>,
     pub error: ZkError,
 }
@@ -129,11 +147,12 @@ pub enum EventType {
     NodeChildrenChanged,
 }
 
-/// A fired watch.
+/// A fired watch, or a new session after the last one expired (its
+/// ephemeral nodes and watches are gone: the broker registers again).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ZkEvent {
-    pub path: String,
-    pub event: EventType,
+pub enum ZkEvent {
+    Watched { path: String, event: EventType },
+    NewSession,
 }
 
 /// Where fired watches go: one queue, read in order by the control thread.

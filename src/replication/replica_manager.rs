@@ -120,8 +120,8 @@ impl ReplicaManager {
     }
 
     /// Takes a new image: opens logs for partitions newly placed on this
-    /// shard, applies topic config changes and leadership, and deletes the
-    /// logs of partitions no longer placed here.
+    /// shard, applies topic config changes and leadership, and (when the
+    /// image is complete) deletes the logs of partitions not placed here.
     pub async fn apply_image(&self, image: &MetadataImage) {
         for topic in image.topics.values() {
             let config = Rc::new((*topic.log_config).clone());
@@ -172,7 +172,7 @@ impl ReplicaManager {
             let placed_here = image
                 .partition(&tp.topic, tp.partition)
                 .is_some_and(|p| p.shard == Some(self.shard_id));
-            if !placed_here {
+            if !placed_here && image.complete {
                 self.partitions.borrow_mut().remove(tp);
                 if let Err(error) = self.log_manager.delete_log(tp).await {
                     warn!(partition = %tp, %error, "cannot delete partition log");

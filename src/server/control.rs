@@ -17,13 +17,15 @@ use shards::runtime::ShardPlacement;
 use tracing::warn;
 
 use crate::controller::{ConfigOp, KafkaController, NewTopic, TopicDefaults};
+use crate::metadata::image::kafka_uuid_string;
 use crate::metadata::image::MetadataImage;
-use crate::metadata::kafka_zk_client::KafkaZkClient;
-use crate::metadata::kafka_zk_client::KafkaZkError;
+use crate::metadata::kafka_zk_client::{KafkaZkClient, KafkaZkError};
 use crate::metadata::store::EmbeddedStore;
 use crate::metadata::zk_client::{EventType, ZkClient, ZkEvent, ZkEventReceiver};
 use crate::metadata::znodes::{BrokerIdZNode, ControllerZNode, DeleteTopicsZNode};
+use crate::metadata::zookeeper::{ZooKeeperClient, ZooKeeperConfig};
 use crate::protocol::{ApiError, ResponseError};
+use uuid::Uuid;
 
 /// Requests that may wait in a shard's channel to the control plane.
 const CONTROL_CHANNEL_CAPACITY: usize = 256;
@@ -190,8 +192,7 @@ impl ControlClient {
 }
 
 /// Starts the control plane of a single broker on the embedded store under
-/// `metadata_dir`: Kafka's persistent paths and cluster id, this broker's
-/// registration, and the controller's office, which the only broker always wins.
+/// `metadata_dir`; the only broker always wins the election.
 pub async fn start_embedded(
     metadata_dir: &Path,
     registration: BrokerIdZNode,
@@ -199,21 +200,24 @@ pub async fn start_embedded(
     placement: Arc<ShardPlacement>,
 ) -> Result<(ControlPlane<EmbeddedStore>, ZkEventReceiver), KafkaZkError> {
     let (store, zk_events) = EmbeddedStore::open(metadata_dir)?;
-    let zk = Rc::new(KafkaZkClient::new(store));
-    zk.create_top_level_paths().await?;
-    let proposed = crate::metadata::image::kafka_uuid_string(&uuid::Uuid::new_v4());
-    let cluster_id = zk.get_or_create_cluster_id(&proposed).await?;
-    let broker_id = registration.broker.id;
-    let broker_epoch = zk.register_broker(&registration).await?;
-    tracing::info!(broker = broker_id, broker_epoch, "registered");
-    let mut controller = KafkaController::new(zk, broker_id, cluster_id, defaults);
-    controller.elect().await?;
-    // The embedded store has one session: its broker always wins.
-    assert!(controller.is_active(), "the only broker is the controller");
-    Ok((
-        ControlPlane::new(controller, placement, broker_id),
-        zk_events,
-    ))
+    let plane = ControlPlane::start(store, registration, defaults, placement).await?;
+    assert!(
+        plane.controller.is_active(),
+        "the only broker is the controller"
+    );
+    Ok((plane, zk_events))
+}
+
+/// Starts the control plane of a broker of a ZooKeeper-mode cluster.
+pub async fn start_zookeeper(
+    config: &ZooKeeperConfig,
+    registration: BrokerIdZNode,
+    defaults: TopicDefaults,
+    placement: Arc<ShardPlacement>,
+) -> Result<(ControlPlane<Rc<ZooKeeperClient>>, ZkEventReceiver), KafkaZkError> {
+    let (client, zk_events) = ZooKeeperClient::connect(config.clone()).await?;
+    let plane = ControlPlane::start(client, registration, defaults, placement).await?;
+    Ok((plane, zk_events))
 }
 
 /// What the control plane processes, one at a time and in order (Kafka's
@@ -224,6 +228,10 @@ enum ControlEvent {
 }
 
 pub struct ControlPlane<Z> {
+    zk: Rc<KafkaZkClient<Z>>,
+    /// This broker's `/brokers/ids/<id>`, registered again on a new session.
+    registration: BrokerIdZNode,
+    cluster_id: String,
     controller: KafkaController<Z>,
     placement: Arc<ShardPlacement>,
     broker_id: i32,
@@ -231,17 +239,61 @@ pub struct ControlPlane<Z> {
 }
 
 impl<Z: ZkClient> ControlPlane<Z> {
-    pub fn new(
-        controller: KafkaController<Z>,
+    /// Kafka's broker startup against the store: its persistent paths and the
+    /// cluster id, this broker's registration (refused while another broker
+    /// holds the id), then the controller's startup, which runs the election.
+    async fn start(
+        zk: Z,
+        registration: BrokerIdZNode,
+        defaults: TopicDefaults,
         placement: Arc<ShardPlacement>,
-        broker_id: i32,
-    ) -> Self {
-        Self {
+    ) -> Result<Self, KafkaZkError> {
+        let zk = Rc::new(KafkaZkClient::new(zk));
+        zk.create_top_level_paths().await?;
+        let proposed = kafka_uuid_string(&Uuid::new_v4());
+        let cluster_id = zk.get_or_create_cluster_id(&proposed).await?;
+        let broker_id = registration.broker.id;
+        let broker_epoch = zk.register_broker(&registration).await?;
+        tracing::info!(broker = broker_id, broker_epoch, cluster_id, "registered");
+        let mut controller =
+            KafkaController::new(zk.clone(), broker_id, cluster_id.clone(), defaults);
+        controller.elect().await?;
+        Ok(Self {
+            zk,
+            registration,
+            cluster_id,
             controller,
             placement,
             broker_id,
             image_version: 0,
+        })
+    }
+
+    /// The image shards start with: the controller's, or on another broker
+    /// what it knows before the controller has told it anything.
+    pub fn initial_image(&mut self) -> Arc<MetadataImage> {
+        self.next_image().unwrap_or_else(|| {
+            let mut image = MetadataImage::empty();
+            image.cluster_id = self.cluster_id.clone();
+            Arc::new(image)
+        })
+    }
+
+    /// A new session after the last expired: its ephemeral nodes and watches
+    /// went with it, so this broker registers again (a new broker epoch) and
+    /// the election runs again. Returns whether the image changed.
+    async fn on_new_session(&mut self) -> bool {
+        match self.zk.register_broker(&self.registration).await {
+            Ok(broker_epoch) => {
+                tracing::info!(broker = self.broker_id, broker_epoch, "registered again")
+            }
+            Err(error) => tracing::error!(%error, "cannot register again"),
         }
+        let was_active = self.controller.is_active();
+        if let Err(error) = self.controller.on_new_session().await {
+            tracing::error!(%error, "controller election failed");
+        }
+        was_active != self.controller.is_active()
     }
 
     /// Builds the next image and places this broker's new partitions on
@@ -401,9 +453,13 @@ impl<Z: ZkClient> ControlPlane<Z> {
         }
     }
 
-    /// A fired watch; returns whether the metadata changed.
+    /// A fired watch or a new session; returns whether the metadata changed.
     async fn on_zk_event(&mut self, event: ZkEvent) -> bool {
-        match (event.path.as_str(), event.event) {
+        let (path, event) = match event {
+            ZkEvent::NewSession => return self.on_new_session().await,
+            ZkEvent::Watched { path, event } => (path, event),
+        };
+        match (path.as_str(), event) {
             (DeleteTopicsZNode::PATH, EventType::NodeChildrenChanged) => {
                 self.controller.on_topic_deletion().await
             }

@@ -20,12 +20,17 @@ use shards::runtime::{
 use tracing::{info, warn};
 
 use self::broker::ShardBroker;
-use self::control::{build_control_channels, ApplyImage, ControlClient, ShardControlEnds};
+use self::control::{
+    build_control_channels, ApplyImage, ControlClient, ControlEnds, ControlPlane, ShardControlEnds,
+};
 use crate::config::BrokerConfig;
 use crate::controller::TopicDefaults;
 use crate::handlers::{ApiTable, RequestDispatcher};
 use crate::metadata::image::{Broker, EndPoint, MetadataImage};
+use crate::metadata::kafka_zk_client::KafkaZkError;
+use crate::metadata::zk_client::{ZkClient, ZkEventReceiver};
 use crate::metadata::znodes::BrokerIdZNode;
+use crate::metadata::zookeeper::enter_control_thread;
 use crate::metrics;
 use crate::network::{accept_loop, probe_listeners, ConnectionLimits, InFlight, ListenerSockets};
 
@@ -51,7 +56,10 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
     // The embedded metadata lives in the first log dir: starting without it
     // would forget every topic whose partitions are in the other dirs.
     let metadata_dir = &dirs.dirs()[0].health;
-    if let Some(reason) = metadata_dir.offline_reason() {
+    if let Some(reason) = metadata_dir
+        .offline_reason()
+        .filter(|_| config.zookeeper.is_none())
+    {
         return Err(format!(
             "log dir {} holds the embedded metadata and cannot be used: {reason}",
             metadata_dir.path().display()
@@ -78,7 +86,7 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
                 })
                 .collect(),
         },
-        rack: None,
+        rack: config.rack.clone(),
         timestamp_ms: shards::log::wall_clock_ms(),
     };
     let defaults = TopicDefaults {
@@ -96,23 +104,25 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
     // The control thread opens the store, registers this broker and takes
     // the controller's office, then hands the first image to the shards.
     let (started_tx, started_rx) = mpsc::channel::<Result<Arc<MetadataImage>, String>>();
-    let (metadata_dir, broker_id) = (config.log_dirs[0].clone(), config.broker_id);
+    let (metadata_dir, zookeeper) = (config.log_dirs[0].clone(), config.zookeeper.clone());
     let control = LocalExecutorBuilder::new(Placement::Unbound)
         .name("control")
         .io_memory(CONTROL_IO_MEMORY_BYTES)
         .spawn(move || async move {
-            let started =
-                control::start_embedded(&metadata_dir, registration, defaults, placement).await;
-            match started {
-                Ok((mut control_plane, zk_events)) => {
-                    let image = control_plane
-                        .next_image()
-                        .expect("the controller is active");
-                    let _ = started_tx.send(Ok(image));
-                    control_plane.run(control_ends, zk_events).await;
+            match zookeeper {
+                None => {
+                    let started =
+                        control::start_embedded(&metadata_dir, registration, defaults, placement)
+                            .await;
+                    run_control_plane(started, started_tx, control_ends).await
                 }
-                Err(error) => {
-                    let _ = started_tx.send(Err(format!("broker {broker_id}: {error}")));
+                Some(zookeeper) => {
+                    // The ZooKeeper client's tasks run on this thread, for its life.
+                    let _spawner = enter_control_thread();
+                    let started =
+                        control::start_zookeeper(&zookeeper, registration, defaults, placement)
+                            .await;
+                    run_control_plane(started, started_tx, control_ends).await
                 }
             }
         })
@@ -270,6 +280,24 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
         control,
         dirs,
     })
+}
+
+/// Hands the started control plane's first image to the shards (or why it
+/// did not start), then serves them until they hang up.
+async fn run_control_plane<Z: ZkClient>(
+    started: Result<(ControlPlane<Z>, ZkEventReceiver), KafkaZkError>,
+    started_tx: mpsc::Sender<Result<Arc<MetadataImage>, String>>,
+    ends: ControlEnds,
+) {
+    match started {
+        Ok((mut control_plane, zk_events)) => {
+            let _ = started_tx.send(Ok(control_plane.initial_image()));
+            control_plane.run(ends, zk_events).await;
+        }
+        Err(error) => {
+            let _ = started_tx.send(Err(error.to_string()));
+        }
+    }
 }
 
 impl RunningBroker {

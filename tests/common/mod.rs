@@ -3,6 +3,8 @@
 //! where a test must control every byte.
 #![allow(dead_code)]
 
+pub mod cluster;
+
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -175,6 +177,21 @@ impl Broker {
                 panic!("broker did not stop within 30 s:\n{}", self.log());
             }
         }
+    }
+
+    /// The broker process's pid.
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().expect("running").id() as i32
+    }
+
+    /// SIGSTOP: the process stops answering, its sockets stay open.
+    pub fn pause(&self) {
+        unsafe { libc::kill(self.pid(), libc::SIGSTOP) };
+    }
+
+    /// SIGCONT after `pause`.
+    pub fn resume(&self) {
+        unsafe { libc::kill(self.pid(), libc::SIGCONT) };
     }
 
     /// kill -9.

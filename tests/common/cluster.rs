@@ -1,0 +1,193 @@
+//! A real ZooKeeper (3.8.4, from Kafka 3.9.1's jars) on a free port, for
+//! cluster tests, and reads of its znodes through the `zookeeper-client`
+//! crate on a glommio executor of the test's own.
+
+use std::future::Future;
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use zookeeper_client as zk;
+
+use super::{fetch_kafka_jars, free_port, Broker};
+
+/// ZooKeeper's tick: sessions may last 2 to 20 ticks.
+const TICK_MS: u64 = 500;
+/// What the cluster tests' brokers ask for: ZooKeeper's expiry is their
+/// failure detector.
+pub const SESSION_TIMEOUT: Duration = Duration::from_millis(6_000);
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub struct ZooKeeper {
+    pub port: u16,
+    child: Option<Child>,
+    dir: tempfile::TempDir,
+}
+
+impl ZooKeeper {
+    pub fn start() -> ZooKeeper {
+        let libs = fetch_kafka_jars("kafka-3.9");
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let log = std::fs::File::create(dir.path().join("zookeeper.log")).unwrap();
+        // Loopback only, and no admin HTTP server.
+        let config = dir.path().join("zoo.cfg");
+        std::fs::write(
+            &config,
+            format!(
+                "tickTime={TICK_MS}\ndataDir={}\nclientPort={port}\nclientPortAddress=127.0.0.1\n\
+                 admin.enableServer=false\n",
+                dir.path().join("data").display()
+            ),
+        )
+        .unwrap();
+        let child = Command::new("java")
+            .arg("-cp")
+            .arg(format!("{libs}/*"))
+            .arg("org.apache.zookeeper.server.ZooKeeperServerMain")
+            .arg(&config)
+            .stdout(Stdio::from(log.try_clone().unwrap()))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("start ZooKeeper");
+        let zookeeper = ZooKeeper {
+            port,
+            child: Some(child),
+            dir,
+        };
+        let deadline = Instant::now() + START_TIMEOUT;
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "ZooKeeper did not start:\n{}",
+                zookeeper.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        zookeeper
+    }
+
+    /// `zookeeper.connect` for brokers, under `chroot`.
+    pub fn connect(&self, chroot: &str) -> String {
+        format!("127.0.0.1:{}{chroot}", self.port)
+    }
+
+    /// The broker overrides that put a broker `id` in this ZooKeeper's
+    /// cluster under `chroot`.
+    pub fn broker_overrides(&self, chroot: &str, id: i32) -> Vec<String> {
+        vec![
+            format!("broker.id={id}"),
+            format!("zookeeper.connect={}", self.connect(chroot)),
+            format!(
+                "zookeeper.session.timeout.ms={}",
+                SESSION_TIMEOUT.as_millis()
+            ),
+            "ringbroker.metrics.port=0".into(),
+        ]
+    }
+
+    /// Starts broker `id` of the cluster under `chroot`, with `extra` overrides.
+    pub fn start_broker(&self, chroot: &str, id: i32, extra: &[&str]) -> Broker {
+        let mut overrides = self.broker_overrides(chroot, id);
+        overrides.extend(extra.iter().map(|entry| entry.to_string()));
+        let overrides: Vec<&str> = overrides.iter().map(String::as_str).collect();
+        Broker::start(&overrides)
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("zookeeper.log")).unwrap_or_default()
+    }
+
+    fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// Runs `read` against a session of its own (closed after).
+    fn with_session<T, F>(&self, read: impl FnOnce(zk::Client) -> F + Send + 'static) -> T
+    where
+        T: Send + 'static,
+        F: Future<Output = T> + 'static,
+    {
+        let cluster = self.connect("");
+        glommio::LocalExecutorBuilder::default()
+            .io_memory(256 * 1024)
+            .spawn(move || async move {
+                let _spawner = asyncs::task::enter(&TEST_SPAWNER);
+                let client = zk::Client::connector()
+                    .with_session_timeout(SESSION_TIMEOUT)
+                    .connect(&cluster)
+                    .await
+                    .expect("a session for the test");
+                read(client).await
+            })
+            .expect("a test executor")
+            .join()
+            .expect("the read ran")
+    }
+
+    /// A znode's data and czxid, None if it does not exist.
+    pub fn get(&self, path: &str) -> Option<(Vec<u8>, i64)> {
+        let path = path.to_owned();
+        self.with_session(move |client| async move {
+            match client.get_data(&path).await {
+                Ok((data, stat)) => Some((data, stat.czxid)),
+                Err(zk::Error::NoNode) => None,
+                Err(error) => panic!("get {path}: {error}"),
+            }
+        })
+    }
+
+    /// A znode's data as JSON.
+    pub fn json(&self, path: &str) -> Option<serde_json::Value> {
+        self.get(path)
+            .map(|(data, _)| serde_json::from_slice(&data).expect("a JSON znode"))
+    }
+
+    /// A znode's children, sorted; empty if it does not exist.
+    pub fn children(&self, path: &str) -> Vec<String> {
+        let path = path.to_owned();
+        self.with_session(move |client| async move {
+            match client.list_children(&path).await {
+                Ok(mut children) => {
+                    children.sort();
+                    children
+                }
+                Err(zk::Error::NoNode) => Vec::new(),
+                Err(error) => panic!("children of {path}: {error}"),
+            }
+        })
+    }
+
+    /// Waits at most `within` for `condition` over this ZooKeeper.
+    pub fn wait_for(&self, within: Duration, what: &str, condition: impl Fn(&Self) -> bool) {
+        let deadline = Instant::now() + within;
+        while !condition(self) {
+            assert!(Instant::now() < deadline, "{what}: not within {within:?}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for ZooKeeper {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("--- zookeeper data in {} ---", self.data_dir().display());
+        }
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The crate's session task on the test's executor.
+struct TestSpawner;
+
+impl asyncs::task::Spawn for TestSpawner {
+    fn spawn(&self, task: asyncs::task::Task) {
+        glommio::spawn_local(Box::into_pin(task.future)).detach();
+    }
+}
+
+static TEST_SPAWNER: TestSpawner = TestSpawner;
