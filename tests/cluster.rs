@@ -8,6 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::cluster::{ZooKeeper, SESSION_TIMEOUT};
+use common::kcat;
 use serde_json::json;
 
 const CHROOT: &str = "/ringbroker";
@@ -170,4 +171,119 @@ fn one_controller_replaced_when_it_dies_and_fenced_when_it_wakes_up() {
     assert_eq!(controller_id(&zk), Some(third));
     assert_eq!(controller_epoch(&zk), 3);
     assert_eq!(registered(&zk), ["1", "2", "3"]);
+}
+
+/// Each partition's leader, as `broker` answers Metadata.
+fn leaders(address: &str, topic: &str) -> Vec<i32> {
+    use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+    use kafka_protocol::messages::{ApiKey, MetadataRequest, MetadataResponse, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+    let mut client = common::Client::connect(address);
+    let request =
+        MetadataRequest::default().with_topics(Some(vec![MetadataRequestTopic::default()
+            .with_name(Some(TopicName(StrBytes::from_string(topic.to_owned()))))]));
+    let Ok(response) = client.call::<_, MetadataResponse>(ApiKey::Metadata, 12, &request) else {
+        return Vec::new();
+    };
+    let mut partitions: Vec<(i32, i32)> = response
+        .topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions
+                .iter()
+                .map(|p| (p.partition_index, p.leader_id.0))
+        })
+        .collect();
+    partitions.sort();
+    partitions.into_iter().map(|(_, leader)| leader).collect()
+}
+
+fn wait(within: Duration, what: &str, condition: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + within;
+    while !condition() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: not within {within:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn topics_spread_over_brokers_and_clients_follow_a_killed_leader() {
+    const RECORDS: usize = 1200;
+    let zk = ZooKeeper::start();
+    let mut brokers: Vec<_> = (1..=3).map(|id| zk.start_broker(CHROOT, id, &[])).collect();
+    let controller = controller_id(&zk).unwrap();
+    let index = |id: i32| (id - 1) as usize;
+    common::Client::connect(&brokers[index(controller as i32)].address())
+        .create_topic("spread", 12);
+    // Every broker learns the topic from the controller, leaders on all three.
+    for broker in &brokers {
+        wait(Duration::from_secs(10), "the topic on every broker", || {
+            let leaders = leaders(&broker.address(), "spread");
+            leaders.len() == 12 && (1..=3).all(|id| leaders.contains(&id))
+        });
+    }
+    let input: String = (0..RECORDS)
+        .map(|i| format!("key-{i}:value-{i}\n"))
+        .collect();
+    let bootstrap = brokers[0].address();
+    kcat(
+        &[
+            "-b", &bootstrap, "-t", "spread", "-P", "-K:", "-X", "acks=all",
+        ],
+        Some(&input),
+    );
+
+    // kill -9 a broker that is not the controller: with one replica each,
+    // its partitions lose their leader (-1) and come back with it.
+    let victim = (1..=3).find(|id| *id as i64 != controller).unwrap();
+    let led: Vec<usize> = leaders(&brokers[0].address(), "spread")
+        .iter()
+        .enumerate()
+        .filter(|(_, leader)| **leader == victim)
+        .map(|(partition, _)| partition)
+        .collect();
+    assert!(!led.is_empty());
+    brokers[index(victim)].kill();
+    let survivor = brokers[index(controller as i32)].address();
+    wait(
+        SESSION_TIMEOUT + Duration::from_secs(3),
+        "leaderless partitions",
+        || {
+            let now = leaders(&survivor, "spread");
+            now.len() == 12 && led.iter().all(|p| now[*p] == -1)
+        },
+    );
+    brokers[index(victim)].restart();
+    wait(
+        Duration::from_secs(15),
+        "the partitions back with their broker",
+        || {
+            let now = leaders(&survivor, "spread");
+            now.len() == 12 && led.iter().all(|p| now[*p] == victim)
+        },
+    );
+
+    // Nothing acknowledged is lost: every record is read back, from any broker.
+    let read = kcat(
+        &[
+            "-b",
+            &brokers[2].address(),
+            "-t",
+            "spread",
+            "-C",
+            "-e",
+            "-q",
+            "-f",
+            "%k:%s\n",
+        ],
+        None,
+    );
+    let mut got: Vec<&str> = read.lines().collect();
+    got.sort_unstable();
+    let mut expected: Vec<String> = (0..RECORDS).map(|i| format!("key-{i}:value-{i}")).collect();
+    expected.sort_unstable();
+    assert_eq!(got, expected);
 }

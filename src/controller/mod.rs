@@ -9,7 +9,10 @@
 //! (where replicas go), `topic_config.rs` (config checks), `topic_deletion.rs`
 //! (Kafka's TopicDeletionManager).
 
+mod broker_requests;
+mod channel_manager;
 mod context;
+mod election;
 mod replica_assignment;
 mod topic_config;
 mod topic_deletion;
@@ -22,17 +25,19 @@ use shards::log::{wall_clock_ms, LogConfig};
 use tracing::info;
 use uuid::Uuid;
 
+use self::channel_manager::ControllerChannelManager;
 pub use self::context::{ControllerContext, LiveBroker, TopicContext};
 pub use self::replica_assignment::validate_topic_name;
 use self::replica_assignment::{
     assign_replicas_to_brokers, check_assignments, check_partition_count, AssignmentStart,
     BrokerMetadata,
 };
+pub use self::topic_config::stored_log_config;
 pub use self::topic_config::ConfigOp;
-use self::topic_config::{altered_overrides, log_config_with, stored_log_config};
+use self::topic_config::{altered_overrides, log_config_with};
 use crate::metadata::image::MetadataImage;
 use crate::metadata::kafka_zk_client::{ControllerEpoch, KafkaZkClient, KafkaZkError};
-use crate::metadata::zk_client::{ZkClient, ZkError};
+use crate::metadata::zk_client::{Op, OpResult, ZkClient, ZkError};
 use crate::metadata::znodes::{ProducerIdBlockZNode, TopicPartitionStateZNode, TopicZNode};
 use crate::protocol::{ApiError, ResponseError};
 
@@ -95,6 +100,15 @@ pub struct KafkaController<Z> {
     /// The next producer id to hand out, and the last of the claimed block.
     next_producer_id: i64,
     producer_id_block_end: i64,
+    /// How brokers learn the metadata from this controller, when they do not
+    /// share its process (ZooKeeper mode).
+    propagation: Option<Propagation>,
+}
+
+/// UpdateMetadata to every live broker, on its inter-broker listener.
+struct Propagation {
+    inter_broker_listener: String,
+    channels: ControllerChannelManager,
 }
 
 fn not_controller() -> ApiError {
@@ -119,7 +133,18 @@ impl<Z: ZkClient> KafkaController<Z> {
             context: None,
             next_producer_id: 0,
             producer_id_block_end: -1,
+            propagation: None,
         }
+    }
+
+    /// Tells every live broker (itself included) the metadata with
+    /// UpdateMetadata on `inter_broker_listener`, as Kafka's controller does.
+    pub fn sending_update_metadata(mut self, inter_broker_listener: String) -> Self {
+        self.propagation = Some(Propagation {
+            channels: ControllerChannelManager::new(self.broker_id),
+            inter_broker_listener,
+        });
+        self
     }
 
     pub fn is_active(&self) -> bool {
@@ -167,7 +192,118 @@ impl<Z: ZkClient> KafkaController<Z> {
         self.load_context(&mut context).await?;
         self.context = Some(context);
         self.on_topic_deletion().await;
+        // Brokers may have come or gone while no broker was controller.
+        self.elect_after_broker_change().await?;
+        self.send_update_metadata(&[]).await;
         Ok(())
+    }
+
+    /// `/brokers/ids` changed: the live brokers are read again (and watched),
+    /// and every live broker is told.
+    pub async fn on_broker_change(&mut self) -> Result<(), KafkaZkError> {
+        if !self.is_active() {
+            return Ok(());
+        }
+        let brokers = self.zk.get_all_brokers_in_cluster(true).await?;
+        let live = &mut self.context_mut().live_brokers;
+        live.clear();
+        for (info, epoch) in brokers {
+            live.insert(info.broker.id, LiveBroker { info, epoch });
+        }
+        info!(live = ?self.context_mut().live_broker_ids(), "live brokers changed");
+        self.elect_after_broker_change().await?;
+        self.send_update_metadata(&[]).await;
+        Ok(())
+    }
+
+    /// Every partition a broker's coming or going changes: dead replicas out
+    /// of the ISR, leaders elected from it (`election.rs`), each state znode
+    /// written fenced and with its version, all issued together.
+    async fn elect_after_broker_change(&mut self) -> Result<(), KafkaZkError> {
+        let context = self.context_mut();
+        let epoch = context.epoch;
+        let mut changes = Vec::new();
+        for (name, topic) in &context.topics {
+            for (partition, replicas) in topic.assignment.iter().enumerate() {
+                let Some(Some((state, version))) = topic.states.get(partition) else {
+                    continue;
+                };
+                let is_live = |id| context.live_brokers.contains_key(&id);
+                if let Some((leader, isr)) =
+                    election::after_broker_change(replicas, state.leader, &state.isr, is_live)
+                {
+                    let state = TopicPartitionStateZNode {
+                        leader,
+                        leader_epoch: state.leader_epoch + 1,
+                        isr,
+                        controller_epoch: epoch.epoch,
+                        leader_recovery_state: state.leader_recovery_state,
+                    };
+                    changes.push((name.clone(), partition, state, *version));
+                }
+            }
+        }
+        let ops = changes
+            .iter()
+            .map(|(topic, partition, state, version)| Op::SetData {
+                path: TopicPartitionStateZNode::path(topic, *partition as i32),
+                data: state.encode(),
+                version: Some(*version),
+            })
+            .collect();
+        let written = self.zk.fenced_all(epoch, ops).await;
+        for ((topic, partition, state, _), result) in changes.into_iter().zip(written) {
+            match result {
+                Ok(OpResult::SetData { stat }) => {
+                    info!(
+                        topic,
+                        partition,
+                        leader = state.leader,
+                        isr = ?state.isr,
+                        "partition state changed"
+                    );
+                    self.topic_mut(&topic).states[partition] = Some((state, stat.version));
+                }
+                Ok(other) => unreachable!("a set answered {other:?}"),
+                Err(KafkaZkError::ControllerMoved) => {
+                    self.resign();
+                    return Err(KafkaZkError::ControllerMoved);
+                }
+                // Moved on since it was read: the next change reads it again.
+                Err(error) => tracing::warn!(topic, partition, %error, "cannot write the state"),
+            }
+        }
+        Ok(())
+    }
+
+    /// UpdateMetadata with everything the controller knows (and the
+    /// partitions of `deleted` topics, leaderless) to every live broker.
+    async fn send_update_metadata(&mut self, deleted: &[(String, TopicContext)]) {
+        let (Some(propagation), Some(context)) = (self.propagation.as_mut(), self.context.as_ref())
+        else {
+            return;
+        };
+        let endpoints = context
+            .live_brokers
+            .iter()
+            .filter_map(|(id, live)| {
+                let endpoint = live
+                    .info
+                    .broker
+                    .endpoint(&propagation.inter_broker_listener);
+                if endpoint.is_none() {
+                    tracing::warn!(
+                        broker = id,
+                        listener = propagation.inter_broker_listener,
+                        "a live broker without the inter-broker listener"
+                    );
+                }
+                Some((*id, endpoint?.clone()))
+            })
+            .collect();
+        propagation.channels.set_brokers(&endpoints);
+        let requests = broker_requests::update_metadata(context, self.broker_id, deleted);
+        propagation.channels.send_update_metadata(requests).await;
     }
 
     /// The session that held `/controller` (if this broker did) is gone:
@@ -178,6 +314,9 @@ impl<Z: ZkClient> KafkaController<Z> {
     }
 
     fn resign(&mut self) {
+        if let Some(propagation) = self.propagation.as_mut() {
+            propagation.channels.shutdown();
+        }
         if let Some(context) = self.context.take() {
             info!(
                 broker = self.broker_id,
@@ -214,7 +353,7 @@ impl<Z: ZkClient> KafkaController<Z> {
     /// Kafka's `initializeControllerContext`: live brokers and every topic's
     /// assignment, partition states and config.
     async fn load_context(&self, context: &mut ControllerContext) -> Result<(), KafkaZkError> {
-        for (info, epoch) in self.zk.get_all_brokers_in_cluster().await? {
+        for (info, epoch) in self.zk.get_all_brokers_in_cluster(true).await? {
             context
                 .live_brokers
                 .insert(info.broker.id, LiveBroker { info, epoch });
@@ -360,6 +499,7 @@ impl<Z: ZkClient> KafkaController<Z> {
             },
         );
         self.on_new_partitions(&topic.name, 0).await?;
+        self.send_update_metadata(&[]).await;
         info!(
             topic = topic.name,
             partitions, replication_factor, "created topic"
@@ -527,6 +667,7 @@ impl<Z: ZkClient> KafkaController<Z> {
         context.assignment = assignment.partitions;
         context.assignment_version = version + 1;
         self.on_new_partitions(topic, current).await?;
+        self.send_update_metadata(&[]).await;
         info!(topic, partitions = count, "added partitions");
         Ok(())
     }

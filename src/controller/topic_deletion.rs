@@ -32,15 +32,18 @@ impl<Z: ZkClient> KafkaController<Z> {
     /// not exist is only removed) and watches for the next mark. Returns
     /// whether a topic went.
     pub(super) async fn process_topic_deletions(&mut self) -> Result<bool, KafkaZkError> {
-        let mut deleted = false;
+        let mut deleted = Vec::new();
         let epoch = self.context_mut().epoch;
         for name in self.zk.get_topic_deletions(true).await? {
             self.zk.delete_topic_znodes(epoch, &name).await?;
-            if self.context_mut().topics.remove(&name).is_some() {
+            if let Some(topic) = self.context_mut().topics.remove(&name) {
                 info!(topic = name, "deleted topic");
-                deleted = true;
+                deleted.push((name, topic));
             }
         }
-        Ok(deleted)
+        if !deleted.is_empty() {
+            self.send_update_metadata(&deleted).await;
+        }
+        Ok(!deleted.is_empty())
     }
 }

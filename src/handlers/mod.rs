@@ -29,6 +29,7 @@ mod offset_fetch;
 mod produce;
 mod sasl_handshake;
 mod sync_group;
+mod update_metadata;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -42,6 +43,7 @@ use tracing::debug;
 
 use crate::metrics::errors::ResponseErrors;
 use crate::network::{ConnectionInfo, Dispatcher, Outcome};
+use crate::protocol::inter_broker;
 use crate::protocol::{
     decode_body, decode_header, encode_fetch_response, encode_response, peek_api, FrameError,
     ResponseError,
@@ -155,6 +157,21 @@ impl ApiTable {
             api!(DescribeCluster, 0, 2, describe_cluster::handle),
             api!(OffsetDelete, 0, 0, offset_delete::handle),
         ];
+        Self::new(apis)
+    }
+
+    /// The inter-broker listener's: the clients' APIs and the controller's
+    /// requests to brokers, as Kafka 3.9 serves them.
+    pub fn inter_broker() -> Self {
+        let mut apis = Self::client().apis;
+        let (min_version, max_version) = inter_broker::UPDATE_METADATA_VERSIONS;
+        apis.push(Api {
+            key: inter_broker::UPDATE_METADATA,
+            min_version,
+            max_version,
+            request_header_version: inter_broker::update_metadata_request_header_version,
+            serve: |ctx, body, version| Box::pin(update_metadata::serve(ctx, body, version)),
+        });
         Self::new(apis)
     }
 

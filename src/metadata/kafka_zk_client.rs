@@ -185,11 +185,17 @@ impl<Z: ZkClient> KafkaZkClient<Z> {
         }
     }
 
-    /// Every registered broker with its epoch.
+    /// Every registered broker with its epoch; with `watch`, the next broker
+    /// to come or go is an event.
     pub async fn get_all_brokers_in_cluster(
         &self,
+        watch: bool,
     ) -> Result<Vec<(BrokerIdZNode, i64)>, KafkaZkError> {
-        let ids = self.zk.get_children(BrokerIdsZNode::PATH).await?;
+        let ids = if watch {
+            self.zk.get_children_and_watch(BrokerIdsZNode::PATH).await?
+        } else {
+            self.zk.get_children(BrokerIdsZNode::PATH).await?
+        };
         let mut brokers = Vec::with_capacity(ids.len());
         for id in ids.iter().filter_map(|id| id.parse::<i32>().ok()) {
             match self.zk.get_data(&BrokerIdZNode::path(id)).await {

@@ -2,6 +2,7 @@
 //! Kafka's znodes typed and read and written through `KafkaZkClient`, and the
 //! image the shards read.
 
+pub mod cache;
 pub mod image;
 pub mod kafka_zk_client;
 pub mod store;

@@ -4,6 +4,7 @@
 
 mod error;
 mod fetch_response;
+pub mod inter_broker;
 
 pub use error::{ApiError, ErrorCode, ResponseError};
 pub use fetch_response::{encode_fetch_response, FramePart, Records};

@@ -16,14 +16,16 @@ use shards::log::TopicPartition;
 use shards::runtime::ShardPlacement;
 use tracing::warn;
 
-use crate::controller::{ConfigOp, KafkaController, NewTopic, TopicDefaults};
+use crate::controller::{stored_log_config, ConfigOp, KafkaController, NewTopic, TopicDefaults};
+use crate::metadata::cache::{MetadataCache, TopicConfig};
 use crate::metadata::image::kafka_uuid_string;
 use crate::metadata::image::MetadataImage;
 use crate::metadata::kafka_zk_client::{KafkaZkClient, KafkaZkError};
 use crate::metadata::store::EmbeddedStore;
 use crate::metadata::zk_client::{EventType, ZkClient, ZkEvent, ZkEventReceiver};
-use crate::metadata::znodes::{BrokerIdZNode, ControllerZNode, DeleteTopicsZNode};
+use crate::metadata::znodes::{BrokerIdZNode, BrokerIdsZNode, ControllerZNode, DeleteTopicsZNode};
 use crate::metadata::zookeeper::{ZooKeeperClient, ZooKeeperConfig};
+use crate::protocol::inter_broker::UpdateMetadataRequest;
 use crate::protocol::{ApiError, ResponseError};
 use uuid::Uuid;
 
@@ -56,6 +58,11 @@ pub enum ControlRequest {
     },
     AllocateProducerId {
         reply: oneshot::Sender<Result<i64, ApiError>>,
+    },
+    /// From the controller, on the inter-broker listener.
+    UpdateMetadata {
+        request: Box<UpdateMetadataRequest>,
+        reply: oneshot::Sender<Result<(), ResponseError>>,
     },
 }
 
@@ -168,6 +175,18 @@ impl ControlClient {
         .await?
     }
 
+    pub async fn update_metadata(
+        &self,
+        request: UpdateMetadataRequest,
+    ) -> Result<(), ResponseError> {
+        self.ask(|reply| ControlRequest::UpdateMetadata {
+            request: Box::new(request),
+            reply,
+        })
+        .await
+        .map_err(|error| error.error)?
+    }
+
     pub async fn allocate_producer_id(&self) -> Result<i64, ApiError> {
         self.ask(|reply| ControlRequest::AllocateProducerId { reply })
             .await?
@@ -209,14 +228,23 @@ pub async fn start_embedded(
 }
 
 /// Starts the control plane of a broker of a ZooKeeper-mode cluster.
+/// Its image is what the controller tells it with UpdateMetadata; as
+/// controller it tells every broker on `inter_broker_listener`.
 pub async fn start_zookeeper(
     config: &ZooKeeperConfig,
+    inter_broker_listener: String,
     registration: BrokerIdZNode,
     defaults: TopicDefaults,
     placement: Arc<ShardPlacement>,
 ) -> Result<(ControlPlane<Rc<ZooKeeperClient>>, ZkEventReceiver), KafkaZkError> {
     let (client, zk_events) = ZooKeeperClient::connect(config.clone()).await?;
-    let plane = ControlPlane::start(client, registration, defaults, placement).await?;
+    let mut plane = ControlPlane::start(client, registration, defaults, placement).await?;
+    plane.cache = Some(MetadataCache::new(plane.cluster_id.clone()));
+    plane.controller = plane
+        .controller
+        .sending_update_metadata(inter_broker_listener);
+    // Elected before propagation was on: tell the brokers now.
+    plane.controller.on_broker_change().await?;
     Ok((plane, zk_events))
 }
 
@@ -233,6 +261,11 @@ pub struct ControlPlane<Z> {
     registration: BrokerIdZNode,
     cluster_id: String,
     controller: KafkaController<Z>,
+    /// ZooKeeper mode: what the controller told this broker, its image.
+    cache: Option<MetadataCache>,
+    /// This broker's registration's czxid.
+    broker_epoch: i64,
+    defaults: Arc<shards::log::LogConfig>,
     placement: Arc<ShardPlacement>,
     broker_id: i32,
     image_version: u64,
@@ -255,6 +288,7 @@ impl<Z: ZkClient> ControlPlane<Z> {
         let broker_id = registration.broker.id;
         let broker_epoch = zk.register_broker(&registration).await?;
         tracing::info!(broker = broker_id, broker_epoch, cluster_id, "registered");
+        let log_defaults = Arc::new(defaults.log_config.clone());
         let mut controller =
             KafkaController::new(zk.clone(), broker_id, cluster_id.clone(), defaults);
         controller.elect().await?;
@@ -263,6 +297,9 @@ impl<Z: ZkClient> ControlPlane<Z> {
             registration,
             cluster_id,
             controller,
+            cache: None,
+            broker_epoch,
+            defaults: log_defaults,
             placement,
             broker_id,
             image_version: 0,
@@ -285,6 +322,7 @@ impl<Z: ZkClient> ControlPlane<Z> {
     async fn on_new_session(&mut self) -> bool {
         match self.zk.register_broker(&self.registration).await {
             Ok(broker_epoch) => {
+                self.broker_epoch = broker_epoch;
                 tracing::info!(broker = self.broker_id, broker_epoch, "registered again")
             }
             Err(error) => tracing::error!(%error, "cannot register again"),
@@ -300,7 +338,10 @@ impl<Z: ZkClient> ControlPlane<Z> {
     /// shards; None while this broker is not the controller.
     pub fn next_image(&mut self) -> Option<Arc<MetadataImage>> {
         self.image_version += 1;
-        let mut image = self.controller.build_image(self.image_version)?;
+        let mut image = match &self.cache {
+            Some(cache) => cache.image(self.image_version, &self.defaults),
+            None => self.controller.build_image(self.image_version)?,
+        };
         let mine: Vec<TopicPartition> = image
             .topics
             .values()
@@ -446,11 +487,51 @@ impl<Z: ZkClient> ControlPlane<Z> {
                 let changed = !validate_only && result.is_ok();
                 (changed, Box::new(move || drop(reply.send(result))))
             }
+            ControlRequest::UpdateMetadata { request, reply } => {
+                let result = self.on_update_metadata(&request).await;
+                let changed = result.is_ok();
+                (
+                    changed,
+                    Box::new(move || {
+                        let _ = reply.send(result);
+                    }),
+                )
+            }
             ControlRequest::AllocateProducerId { reply } => {
                 let result = self.controller.allocate_producer_id().await;
                 (false, Box::new(move || drop(reply.send(result))))
             }
         }
+    }
+
+    /// UpdateMetadata from the controller: merged into the cache, with the
+    /// configs of topics new to it read from `/config/topics`.
+    async fn on_update_metadata(
+        &mut self,
+        request: &UpdateMetadataRequest,
+    ) -> Result<(), ResponseError> {
+        let Some(cache) = self.cache.as_mut() else {
+            // A single broker is its own controller: nobody else sends this.
+            return Err(ResponseError::StaleControllerEpoch);
+        };
+        let new_topics = cache.update(request, self.broker_epoch)?;
+        for topic in new_topics {
+            match self.zk.get_topic_config(&topic).await {
+                Ok((overrides, _)) => {
+                    let log_config = Arc::new(stored_log_config(&self.defaults, &overrides));
+                    let config = TopicConfig {
+                        overrides,
+                        log_config,
+                    };
+                    self.cache
+                        .as_mut()
+                        .expect("ZooKeeper mode")
+                        .set_topic_config(&topic, config);
+                }
+                Err(error) => warn!(topic, %error, "cannot read the topic's config"),
+            }
+        }
+        Ok(())
     }
 
     /// A fired watch or a new session; returns whether the metadata changed.
@@ -462,6 +543,12 @@ impl<Z: ZkClient> ControlPlane<Z> {
         match (path.as_str(), event) {
             (DeleteTopicsZNode::PATH, EventType::NodeChildrenChanged) => {
                 self.controller.on_topic_deletion().await
+            }
+            (BrokerIdsZNode::PATH, EventType::NodeChildrenChanged) => {
+                if let Err(error) = self.controller.on_broker_change().await {
+                    tracing::error!(%error, "cannot read the live brokers");
+                }
+                self.cache.is_none()
             }
             (ControllerZNode::PATH, _) => {
                 let was_active = self.controller.is_active();

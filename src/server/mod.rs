@@ -105,6 +105,7 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
     // the controller's office, then hands the first image to the shards.
     let (started_tx, started_rx) = mpsc::channel::<Result<Arc<MetadataImage>, String>>();
     let (metadata_dir, zookeeper) = (config.log_dirs[0].clone(), config.zookeeper.clone());
+    let inter_broker_listener = config.inter_broker_listener_name.clone();
     let control = LocalExecutorBuilder::new(Placement::Unbound)
         .name("control")
         .io_memory(CONTROL_IO_MEMORY_BYTES)
@@ -119,9 +120,14 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
                 Some(zookeeper) => {
                     // The ZooKeeper client's tasks run on this thread, for its life.
                     let _spawner = enter_control_thread();
-                    let started =
-                        control::start_zookeeper(&zookeeper, registration, defaults, placement)
-                            .await;
+                    let started = control::start_zookeeper(
+                        &zookeeper,
+                        inter_broker_listener,
+                        registration,
+                        defaults,
+                        placement,
+                    )
+                    .await;
                     run_control_plane(started, started_tx, control_ends).await
                 }
             }
@@ -225,13 +231,19 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
                     max_request_bytes: config.socket_request_max_bytes,
                     idle_timeout: Duration::from_millis(config.connections_max_idle_ms),
                 };
-                // A dispatcher per listener, each with its listener's table.
+                // A dispatcher per listener, each with its listener's table:
+                // the controller's requests only on the inter-broker one.
                 let client_apis = Rc::new(ApiTable::client());
+                let inter_broker_apis = Rc::new(ApiTable::inter_broker());
                 let acceptors: Vec<_> = sockets
                     .into_iter()
                     .map(|(name, socket)| {
-                        let dispatcher =
-                            RequestDispatcher::new(broker.clone(), client_apis.clone());
+                        let apis = if name == config.inter_broker_listener_name {
+                            inter_broker_apis.clone()
+                        } else {
+                            client_apis.clone()
+                        };
+                        let dispatcher = RequestDispatcher::new(broker.clone(), apis);
                         glommio::spawn_local(accept_loop(
                             socket,
                             Rc::from(name),

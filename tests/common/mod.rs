@@ -418,3 +418,28 @@ pub fn committed_offsets(client: &mut Client, group: &str) -> Vec<(String, i32, 
         return offsets;
     }
 }
+
+/// Runs kcat (installed by tests/run) with `input` on stdin; its stdout.
+pub fn kcat(args: &[&str], input: Option<&str>) -> String {
+    let mut child = Command::new("timeout")
+        .arg("60")
+        .arg("kcat")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kcat is installed by tests/run");
+    let mut stdin = child.stdin.take().unwrap();
+    if let Some(input) = input {
+        stdin.write_all(input.as_bytes()).unwrap();
+    }
+    drop(stdin);
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "kcat {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}

@@ -1,0 +1,188 @@
+//! `MetadataCache`: what the controller has told this broker with
+//! UpdateMetadata (Kafka's ZkMetadataCache), the source of a ZooKeeper-mode
+//! broker's image. Live brokers are replaced by each request; partition
+//! states are merged, and a partition whose leader is `-2` (its topic is being
+//! deleted) leaves the cache.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use shards::log::LogConfig;
+use uuid::Uuid;
+
+use super::image::{Broker, EndPoint, MetadataImage, PartitionImage, TopicImage};
+use crate::protocol::inter_broker::{security_protocol_name, UpdateMetadataRequest};
+use crate::protocol::ResponseError;
+
+/// Kafka's `LeaderAndIsr.LeaderDuringDelete`.
+const LEADER_DURING_DELETE: i32 = -2;
+
+#[derive(Debug, Clone)]
+struct CachedTopic {
+    id: Uuid,
+    partitions: BTreeMap<i32, PartitionImage>,
+}
+
+/// A topic's config as this broker read it from `/config/topics/<t>`.
+#[derive(Debug, Clone)]
+pub struct TopicConfig {
+    pub overrides: BTreeMap<String, String>,
+    pub log_config: Arc<LogConfig>,
+}
+
+#[derive(Debug, Clone)]
+pub struct MetadataCache {
+    cluster_id: String,
+    controller_id: i32,
+    controller_epoch: i32,
+    brokers: BTreeMap<i32, Broker>,
+    topics: BTreeMap<String, CachedTopic>,
+    configs: BTreeMap<String, TopicConfig>,
+}
+
+impl MetadataCache {
+    pub fn new(cluster_id: String) -> Self {
+        Self {
+            cluster_id,
+            controller_id: -1,
+            controller_epoch: -1,
+            brokers: BTreeMap::new(),
+            topics: BTreeMap::new(),
+            configs: BTreeMap::new(),
+        }
+    }
+
+    /// Applies an UpdateMetadata for this broker at `broker_epoch`. Returns
+    /// the topics new to the cache, whose configs the caller reads; refuses,
+    /// as Kafka does, a request from an older controller
+    /// (STALE_CONTROLLER_EPOCH) or for an older registration of this broker
+    /// (STALE_BROKER_EPOCH).
+    pub fn update(
+        &mut self,
+        request: &UpdateMetadataRequest,
+        broker_epoch: i64,
+    ) -> Result<Vec<String>, ResponseError> {
+        if request.controller_epoch < self.controller_epoch {
+            return Err(ResponseError::StaleControllerEpoch);
+        }
+        if request.broker_epoch != -1 && request.broker_epoch < broker_epoch {
+            return Err(ResponseError::StaleBrokerEpoch);
+        }
+        self.controller_epoch = request.controller_epoch;
+        self.controller_id = request.controller_id.0;
+        self.brokers = request
+            .live_brokers
+            .iter()
+            .map(|broker| {
+                let endpoints = broker
+                    .endpoints
+                    .iter()
+                    .filter_map(|endpoint| {
+                        Some(EndPoint {
+                            listener_name: endpoint.listener.to_string(),
+                            security_protocol: security_protocol_name(endpoint.security_protocol)?
+                                .to_owned(),
+                            host: endpoint.host.to_string(),
+                            port: u16::try_from(endpoint.port).ok()?,
+                        })
+                    })
+                    .collect();
+                let id = broker.id.0;
+                (id, Broker { id, endpoints })
+            })
+            .collect();
+        let mut new_topics = Vec::new();
+        // v0-4 list partitions ungrouped; v5+ by topic, with topic ids from v7.
+        let grouped = request.topic_states.iter().flat_map(|topic| {
+            topic
+                .partition_states
+                .iter()
+                .map(move |state| (topic.topic_name.to_string(), Some(topic.topic_id), state))
+        });
+        let ungrouped = request
+            .ungrouped_partition_states
+            .iter()
+            .map(|state| (state.topic_name.to_string(), None, state));
+        for (name, id, state) in grouped.chain(ungrouped) {
+            let leader = state.leader.0;
+            if leader == LEADER_DURING_DELETE {
+                if let Some(topic) = self.topics.get_mut(&name) {
+                    topic.partitions.remove(&state.partition_index);
+                    if topic.partitions.is_empty() {
+                        self.topics.remove(&name);
+                        self.configs.remove(&name);
+                    }
+                }
+                continue;
+            }
+            let topic = self.topics.entry(name.clone()).or_insert_with(|| {
+                new_topics.push(name.clone());
+                CachedTopic {
+                    id: id.unwrap_or_else(Uuid::nil),
+                    partitions: BTreeMap::new(),
+                }
+            });
+            let ids = |ids: &[crate::protocol::inter_broker::BrokerId]| -> Vec<i32> {
+                ids.iter().map(|id| id.0).collect()
+            };
+            topic.partitions.insert(
+                state.partition_index,
+                PartitionImage {
+                    leader,
+                    leader_epoch: state.leader_epoch,
+                    replicas: ids(&state.replicas),
+                    isr: ids(&state.isr),
+                    shard: None,
+                },
+            );
+        }
+        Ok(new_topics)
+    }
+
+    pub fn set_topic_config(&mut self, topic: &str, config: TopicConfig) {
+        if self.topics.contains_key(topic) {
+            self.configs.insert(topic.to_owned(), config);
+        }
+    }
+
+    /// The image of what the controller said, as version `version`; topics
+    /// whose config is not read yet take the broker's defaults.
+    pub fn image(&self, version: u64, defaults: &Arc<LogConfig>) -> MetadataImage {
+        let mut image = MetadataImage::empty();
+        image.version = version;
+        image.cluster_id = self.cluster_id.clone();
+        image.controller_id = self.controller_id;
+        image.brokers = self.brokers.clone();
+        for (name, topic) in &self.topics {
+            let count = topic.partitions.keys().max().map_or(0, |last| last + 1);
+            let partitions = (0..count)
+                .map(|index| {
+                    topic
+                        .partitions
+                        .get(&index)
+                        .cloned()
+                        .unwrap_or(PartitionImage {
+                            leader: -1,
+                            leader_epoch: -1,
+                            replicas: Vec::new(),
+                            isr: Vec::new(),
+                            shard: None,
+                        })
+                })
+                .collect();
+            let config = self.configs.get(name);
+            image.topic_ids.insert(topic.id, name.clone());
+            image.topics.insert(
+                name.clone(),
+                Arc::new(TopicImage {
+                    name: name.clone(),
+                    id: topic.id,
+                    partitions,
+                    config_overrides: config.map(|c| c.overrides.clone()).unwrap_or_default(),
+                    log_config: config.map_or_else(|| defaults.clone(), |c| c.log_config.clone()),
+                }),
+            );
+        }
+        image
+    }
+}
