@@ -6,12 +6,8 @@ use super::context::{ControllerContext, TopicContext};
 use crate::protocol::inter_broker::{
     security_protocol_id, BrokerId, StrBytes, TopicName, UpdateMetadataBroker,
     UpdateMetadataEndpoint, UpdateMetadataPartitionState, UpdateMetadataRequest,
-    UpdateMetadataTopicState,
+    UpdateMetadataTopicState, LEADER_DURING_DELETE,
 };
-
-/// The leader Kafka sends for a partition of a topic being deleted
-/// (`LeaderAndIsr.LeaderDuringDelete`): brokers drop it from their cache.
-pub const LEADER_DURING_DELETE: i32 = -2;
 
 fn ids(ids: &[i32]) -> Vec<BrokerId> {
     ids.iter().copied().map(BrokerId).collect()
@@ -123,4 +119,92 @@ pub fn update_metadata(
             (*id, request)
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::controller::context::LiveBroker;
+    use crate::metadata::image::Broker;
+    use crate::metadata::kafka_zk_client::ControllerEpoch;
+    use crate::metadata::znodes::{BrokerIdZNode, TopicPartitionStateZNode};
+
+    fn topic(replicas: Vec<Vec<i32>>, leader: i32) -> TopicContext {
+        let states = replicas
+            .iter()
+            .map(|r| {
+                let state = TopicPartitionStateZNode {
+                    leader,
+                    leader_epoch: 3,
+                    isr: r.clone(),
+                    controller_epoch: 5,
+                    leader_recovery_state: 0,
+                };
+                Some((state, 4))
+            })
+            .collect();
+        TopicContext {
+            id: uuid::Uuid::new_v4(),
+            assignment: replicas,
+            assignment_version: 0,
+            states,
+            config_overrides: BTreeMap::new(),
+            config_version: None,
+            log_config: Arc::new(Default::default()),
+        }
+    }
+
+    #[test]
+    fn one_request_per_live_broker_with_its_epoch_and_deletions_leaderless() {
+        let epoch = ControllerEpoch {
+            epoch: 5,
+            zk_version: 4,
+        };
+        let mut context = ControllerContext::new(epoch, "c".into());
+        for (id, broker_epoch) in [(1, 10), (2, 20)] {
+            let info = BrokerIdZNode {
+                broker: Broker {
+                    id,
+                    endpoints: Vec::new(),
+                },
+                rack: None,
+                timestamp_ms: 0,
+            };
+            context.live_brokers.insert(
+                id,
+                LiveBroker {
+                    info,
+                    epoch: broker_epoch,
+                },
+            );
+        }
+        context
+            .topics
+            .insert("kept".into(), topic(vec![vec![1, 3]], 1));
+        let deleted = vec![("gone".to_owned(), topic(vec![vec![2]], 2))];
+        let requests = update_metadata(&context, 1, &deleted);
+        let epochs: Vec<(i32, i64)> = requests
+            .iter()
+            .map(|(id, r)| (*id, r.broker_epoch))
+            .collect();
+        assert_eq!(epochs, vec![(1, 10), (2, 20)]);
+        let request = &requests[0].1;
+        assert_eq!((request.controller_id.0, request.controller_epoch), (1, 5));
+        assert_eq!(request.live_brokers.len(), 2);
+        let kept = &request.topic_states[0].partition_states[0];
+        assert_eq!(
+            (kept.leader.0, kept.leader_epoch, kept.zk_version),
+            (1, 3, 4)
+        );
+        assert_eq!(
+            kept.offline_replicas,
+            vec![BrokerId(3)],
+            "broker 3 is not live"
+        );
+        let gone = &request.topic_states[1].partition_states[0];
+        assert_eq!(gone.leader.0, LEADER_DURING_DELETE);
+    }
 }

@@ -11,11 +11,10 @@ use shards::log::LogConfig;
 use uuid::Uuid;
 
 use super::image::{Broker, EndPoint, MetadataImage, PartitionImage, TopicImage};
-use crate::protocol::inter_broker::{security_protocol_name, UpdateMetadataRequest};
+use crate::protocol::inter_broker::{
+    security_protocol_name, UpdateMetadataRequest, LEADER_DURING_DELETE,
+};
 use crate::protocol::ResponseError;
-
-/// Kafka's `LeaderAndIsr.LeaderDuringDelete`.
-const LEADER_DURING_DELETE: i32 = -2;
 
 #[derive(Debug, Clone)]
 struct CachedTopic {
@@ -184,5 +183,74 @@ impl MetadataCache {
             );
         }
         image
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::inter_broker::{
+        BrokerId, StrBytes, TopicName, UpdateMetadataBroker, UpdateMetadataPartitionState,
+        UpdateMetadataTopicState,
+    };
+
+    fn partition(index: i32, leader: i32) -> UpdateMetadataPartitionState {
+        UpdateMetadataPartitionState::default()
+            .with_topic_name(TopicName(StrBytes::from_static_str("t")))
+            .with_partition_index(index)
+            .with_leader(BrokerId(leader))
+            .with_replicas(vec![BrokerId(leader.max(1))])
+            .with_isr(vec![BrokerId(leader.max(1))])
+    }
+
+    fn request(
+        controller_epoch: i32,
+        partitions: Vec<UpdateMetadataPartitionState>,
+    ) -> UpdateMetadataRequest {
+        UpdateMetadataRequest::default()
+            .with_controller_id(BrokerId(1))
+            .with_controller_epoch(controller_epoch)
+            .with_broker_epoch(100)
+            .with_live_brokers(vec![UpdateMetadataBroker::default().with_id(BrokerId(1))])
+            .with_topic_states(vec![UpdateMetadataTopicState::default()
+                .with_topic_name(TopicName(StrBytes::from_static_str("t")))
+                .with_partition_states(partitions)])
+    }
+
+    #[test]
+    fn states_merge_deletes_leave_and_stale_requests_are_refused() {
+        let defaults = Arc::new(LogConfig::default());
+        let mut cache = MetadataCache::new("c".into());
+        assert_eq!(
+            cache.update(&request(3, vec![partition(0, 1), partition(1, 2)]), 100),
+            Ok(vec!["t".to_owned()])
+        );
+        // A later request with one partition leaves the other as it was.
+        cache
+            .update(&request(3, vec![partition(1, -1)]), 100)
+            .unwrap();
+        let image = cache.image(1, &defaults);
+        let leaders: Vec<i32> = image
+            .topic("t")
+            .unwrap()
+            .partitions
+            .iter()
+            .map(|p| p.leader)
+            .collect();
+        assert_eq!(leaders, vec![1, -1]);
+        assert_eq!((image.controller_id, image.brokers.len()), (1, 1));
+        assert_eq!(
+            cache.update(&request(2, Vec::new()), 100),
+            Err(ResponseError::StaleControllerEpoch)
+        );
+        assert_eq!(
+            cache.update(&request(3, Vec::new()), 101),
+            Err(ResponseError::StaleBrokerEpoch),
+            "addressed to an older registration of this broker"
+        );
+        cache
+            .update(&request(4, vec![partition(0, -2), partition(1, -2)]), 100)
+            .unwrap();
+        assert!(cache.image(2, &defaults).topic("t").is_none());
     }
 }

@@ -15,6 +15,10 @@ pub use kafka_protocol_legacy::messages::{
 pub use kafka_protocol_legacy::protocol::StrBytes;
 use kafka_protocol_legacy::protocol::{Decodable, Encodable};
 
+/// The leader Kafka sends for a partition of a topic being deleted
+/// (`LeaderAndIsr.LeaderDuringDelete`): brokers drop it from their cache.
+pub const LEADER_DURING_DELETE: i32 = -2;
+
 /// Kafka's keys of the controller's requests.
 pub const UPDATE_METADATA: i16 = 6;
 /// What a Kafka 3.9 controller sends (IBP 3.9).
@@ -139,4 +143,60 @@ pub fn decode_update_metadata_response(
     let response = UpdateMetadataResponse::decode(&mut frame, UPDATE_METADATA_VERSION)
         .map_err(|e| codec_error("UpdateMetadata response", e))?;
     Ok((correlation_id, response))
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Buf;
+    use kafka_protocol::messages::RequestHeader;
+    use kafka_protocol::protocol::Decodable as _;
+
+    use super::*;
+
+    #[test]
+    fn update_metadata_frames_are_kafkas() {
+        let request = UpdateMetadataRequest::default()
+            .with_controller_id(BrokerId(2))
+            .with_controller_epoch(7)
+            .with_broker_epoch(1234)
+            .with_live_brokers(vec![UpdateMetadataBroker::default()
+                .with_id(BrokerId(2))
+                .with_rack(Some(StrBytes::from_static_str("r1")))
+                .with_endpoints(vec![UpdateMetadataEndpoint::default()
+                    .with_host(StrBytes::from_static_str("127.0.0.1"))
+                    .with_port(9092)
+                    .with_listener(StrBytes::from_static_str("PLAINTEXT"))
+                    .with_security_protocol(security_protocol_id("PLAINTEXT"))])]);
+        let mut frame = encode_update_metadata_request(42, "2", &request).unwrap();
+        assert_eq!(frame.get_i32() as usize, frame.remaining());
+        // The header is Kafka's v2, as 0.18's codec reads it.
+        let header = RequestHeader::decode(&mut frame, 2).unwrap();
+        assert_eq!(
+            (
+                header.request_api_key,
+                header.request_api_version,
+                header.correlation_id
+            ),
+            (UPDATE_METADATA, UPDATE_METADATA_VERSION, 42)
+        );
+        assert_eq!(header.client_id.as_deref(), Some("2"));
+        assert_eq!(
+            decode_update_metadata(&mut frame, UPDATE_METADATA_VERSION).unwrap(),
+            request
+        );
+        assert!(frame.is_empty());
+
+        let response = UpdateMetadataResponse::default().with_error_code(11);
+        let mut frame = encode_update_metadata_response(8, 42, &response).unwrap();
+        assert_eq!(frame.get_i32() as usize, frame.remaining());
+        assert_eq!(
+            decode_update_metadata_response(frame).unwrap(),
+            (42, response)
+        );
+        // Before v6 the response header has no tagged fields.
+        let old =
+            encode_update_metadata_response(5, 9, &UpdateMetadataResponse::default()).unwrap();
+        assert_eq!(&old[..], &[0, 0, 0, 6, 0, 0, 0, 9, 0, 0]);
+        assert_eq!(update_metadata_request_header_version(5), 1);
+    }
 }
