@@ -1,9 +1,17 @@
-//! Kafka's ControllerChannelManager: one bounded queue and one sender task
-//! per live broker, each with its own connection to the broker's
-//! inter-broker listener. A request is sent again, on a new connection after a
-//! backoff, until the broker answers or leaves the cluster.
+//! Kafka's ControllerChannelManager: one sender task per live broker, each
+//! with its own connection to the broker's inter-broker listener. A request is
+//! sent again, on a new connection after a backoff, until the broker answers
+//! or leaves the cluster.
+//!
+//! Every UpdateMetadata carries the whole state, so a broker's queue is one
+//! slot: a newer request replaces one not yet sent, keeping the deleted
+//! topics the older one announced. The controller never waits for a broker,
+//! which matters when the broker is its own and waits for the controller's
+//! thread to apply the request.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -16,12 +24,10 @@ use tracing::{debug, warn};
 use crate::metadata::image::EndPoint;
 use crate::protocol::inter_broker::{
     decode_update_metadata_response, encode_update_metadata_request, UpdateMetadataRequest,
+    LEADER_DURING_DELETE,
 };
 use crate::protocol::ResponseError;
 
-/// Requests that may wait for one broker: a slow broker holds back only its
-/// own queue, and a full one makes the controller wait.
-const BROKER_QUEUE_CAPACITY: usize = 64;
 /// Kafka's `controller.socket.timeout.ms`.
 const SOCKET_TIMEOUT: Duration = Duration::from_secs(30);
 /// Between attempts at a broker that did not answer.
@@ -29,10 +35,37 @@ const RETRY_BACKOFF: Duration = Duration::from_millis(100);
 /// The largest response the controller reads.
 const MAX_RESPONSE_BYTES: usize = 1024 * 1024;
 
+/// The request a broker is to be sent next, if any.
+type Pending = Rc<RefCell<Option<UpdateMetadataRequest>>>;
+
 struct BrokerChannel {
     endpoint: EndPoint,
-    queue: LocalSender<UpdateMetadataRequest>,
+    pending: Pending,
+    /// One wake-up at most waits: the sender takes whatever is pending.
+    wake: LocalSender<()>,
     sender: JoinHandle<()>,
+}
+
+/// `newer`, with the deleted topics `older` announced that `newer` does not
+/// mention (a broker must still drop them).
+fn superseding(
+    older: UpdateMetadataRequest,
+    mut newer: UpdateMetadataRequest,
+) -> UpdateMetadataRequest {
+    for topic in older.topic_states {
+        let deleting = topic
+            .partition_states
+            .iter()
+            .all(|state| state.leader.0 == LEADER_DURING_DELETE);
+        let mentioned = newer
+            .topic_states
+            .iter()
+            .any(|t| t.topic_name == topic.topic_name);
+        if deleting && !mentioned {
+            newer.topic_states.push(topic);
+        }
+    }
+    newer
 }
 
 pub struct ControllerChannelManager {
@@ -65,33 +98,41 @@ impl ControllerChannelManager {
             if self.brokers.contains_key(id) {
                 continue;
             }
-            let (queue, requests) = local_channel::new_bounded(BROKER_QUEUE_CAPACITY);
+            let pending: Pending = Rc::default();
+            let (wake, woken) = local_channel::new_bounded(1);
             let sender = glommio::spawn_local(send_loop(
                 self.controller_id,
                 *id,
                 endpoint.clone(),
-                requests,
+                pending.clone(),
+                woken,
             ))
             .detach();
             self.brokers.insert(
                 *id,
                 BrokerChannel {
                     endpoint: endpoint.clone(),
-                    queue,
+                    pending,
+                    wake,
                     sender,
                 },
             );
         }
     }
 
-    /// Queues each request for its broker.
-    pub async fn send_update_metadata(&self, requests: Vec<(i32, UpdateMetadataRequest)>) {
+    /// Hands each request to its broker's sender, replacing one not yet sent.
+    pub fn send_update_metadata(&self, requests: Vec<(i32, UpdateMetadataRequest)>) {
         for (id, request) in requests {
-            if let Some(channel) = self.brokers.get(&id) {
-                if channel.queue.send(request).await.is_err() {
-                    warn!(broker = id, "the channel to the broker closed");
-                }
-            }
+            let Some(channel) = self.brokers.get(&id) else {
+                continue;
+            };
+            let mut pending = channel.pending.borrow_mut();
+            *pending = Some(match pending.take() {
+                Some(older) => superseding(older, request),
+                None => request,
+            });
+            // Full: a wake-up is already waiting, and it takes this one.
+            let _ = channel.wake.try_send(());
         }
     }
 
@@ -108,13 +149,17 @@ async fn send_loop(
     controller_id: i32,
     broker: i32,
     endpoint: EndPoint,
-    requests: LocalReceiver<UpdateMetadataRequest>,
+    pending: Pending,
+    woken: LocalReceiver<()>,
 ) {
     let address = format!("{}:{}", endpoint.host, endpoint.port);
     let client_id = controller_id.to_string();
     let mut connection: Option<TcpStream> = None;
     let mut correlation_id = 0i32;
-    while let Some(request) = requests.recv().await {
+    while woken.recv().await.is_some() {
+        let Some(mut request) = pending.borrow_mut().take() else {
+            continue;
+        };
         loop {
             correlation_id = correlation_id.wrapping_add(1);
             let frame = encode_update_metadata_request(correlation_id, &client_id, &request)
@@ -141,6 +186,10 @@ async fn send_loop(
                     debug!(broker, address, %error, "cannot reach the broker; retrying");
                     connection = None;
                     glommio::timer::sleep(RETRY_BACKOFF).await;
+                    // What came meanwhile goes instead, with what this one deleted.
+                    if let Some(newer) = pending.borrow_mut().take() {
+                        request = superseding(request, newer);
+                    }
                 }
             }
         }
@@ -173,4 +222,47 @@ async fn exchange(
         return Err(format!("answer to {answered}, expected {correlation_id}"));
     }
     Ok(response.error_code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::inter_broker::{
+        BrokerId, StrBytes, TopicName, UpdateMetadataPartitionState, UpdateMetadataTopicState,
+    };
+
+    fn topic(name: &'static str, leader: i32) -> UpdateMetadataTopicState {
+        UpdateMetadataTopicState::default()
+            .with_topic_name(TopicName(StrBytes::from_static_str(name)))
+            .with_partition_states(vec![
+                UpdateMetadataPartitionState::default().with_leader(BrokerId(leader))
+            ])
+    }
+
+    #[test]
+    fn a_newer_request_keeps_the_deletions_of_the_one_it_replaces() {
+        let older = UpdateMetadataRequest::default().with_topic_states(vec![
+            topic("kept", 1),
+            topic("gone", LEADER_DURING_DELETE),
+            topic("recreated", LEADER_DURING_DELETE),
+        ]);
+        let newer = UpdateMetadataRequest::default()
+            .with_controller_epoch(2)
+            .with_topic_states(vec![topic("kept", 2), topic("recreated", 1)]);
+        let sent = superseding(older, newer);
+        let topics: Vec<(String, i32)> = sent
+            .topic_states
+            .iter()
+            .map(|t| (t.topic_name.to_string(), t.partition_states[0].leader.0))
+            .collect();
+        assert_eq!(
+            topics,
+            vec![
+                ("kept".into(), 2),
+                ("recreated".into(), 1),
+                ("gone".into(), LEADER_DURING_DELETE)
+            ]
+        );
+        assert_eq!(sent.controller_epoch, 2);
+    }
 }

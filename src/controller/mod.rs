@@ -303,7 +303,7 @@ impl<Z: ZkClient> KafkaController<Z> {
             .collect();
         propagation.channels.set_brokers(&endpoints);
         let requests = broker_requests::update_metadata(context, self.broker_id, deleted);
-        propagation.channels.send_update_metadata(requests).await;
+        propagation.channels.send_update_metadata(requests);
     }
 
     /// The session that held `/controller` (if this broker did) is gone:
