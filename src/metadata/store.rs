@@ -257,6 +257,9 @@ pub struct EmbeddedStore {
     writes_applied: Cell<u64>,
     writes_persisted: Cell<u64>,
     snapshots_written: Cell<u64>,
+    /// Why a snapshot could not be written: the tree in memory is then ahead
+    /// of the disk, so the store refuses everything after.
+    failed: RefCell<Option<String>>,
 }
 
 /// `version cversion czxid path data`, or `version path data` as snapshots
@@ -334,6 +337,7 @@ impl EmbeddedStore {
             writes_applied: Cell::new(0),
             writes_persisted: Cell::new(0),
             snapshots_written: Cell::new(0),
+            failed: RefCell::new(None),
         };
         Ok((store, receiver))
     }
@@ -341,6 +345,7 @@ impl EmbeddedStore {
     /// Applies `ops` as one transaction, all or none, and fires its watches.
     /// Returns the number of the write, for `durable`.
     fn transact(&self, ops: &[Op]) -> Result<(Vec<OpResult>, u64), MultiError> {
+        self.check_failed()?;
         let mut tree = self.tree.borrow_mut();
         let zxid = tree.last_zxid + 1;
         let mut undo = Vec::new();
@@ -382,10 +387,18 @@ impl EmbeddedStore {
         if self.writes_persisted.get() >= write {
             return Ok(());
         }
+        self.check_failed()?;
         let applied = self.writes_applied.get();
         let lines = self.tree.borrow().snapshot();
-        write_checkpoint_file(&self.snapshot_path, &lines)
-            .map_err(|error| ZkError::Io(error.to_string()))?;
+        if let Err(error) = write_checkpoint_file(&self.snapshot_path, &lines) {
+            let why = format!("{}: {error}", self.snapshot_path.display());
+            tracing::error!(
+                why,
+                "cannot write the embedded metadata; refusing every change"
+            );
+            *self.failed.borrow_mut() = Some(why.clone());
+            return Err(ZkError::Io(why));
+        }
         self.writes_persisted.set(applied);
         self.snapshots_written.set(self.snapshots_written.get() + 1);
         tracing::debug!(
@@ -394,6 +407,13 @@ impl EmbeddedStore {
             "embedded metadata written"
         );
         Ok(())
+    }
+
+    fn check_failed(&self) -> Result<(), ZkError> {
+        match &*self.failed.borrow() {
+            Some(why) => Err(ZkError::Io(why.clone())),
+            None => Ok(()),
+        }
     }
 
     async fn write(&self, op: Op) -> Result<OpResult, ZkError> {
@@ -601,6 +621,32 @@ mod tests {
                 .create("/brokers/0", b"", CreateMode::Ephemeral)
                 .await
                 .unwrap();
+        });
+    }
+
+    #[test]
+    fn a_snapshot_that_cannot_be_written_stops_every_later_change() {
+        run(|| async {
+            let dir = tempfile::tempdir().unwrap();
+            let (store, _events) = EmbeddedStore::open(dir.path()).unwrap();
+            store
+                .create("/a", b"", CreateMode::Persistent)
+                .await
+                .unwrap();
+            // The snapshot's directory gone: the next write cannot reach the disk.
+            std::fs::remove_dir_all(dir.path().join(METADATA_DIR)).unwrap();
+            assert!(matches!(
+                store.create("/b", b"", CreateMode::Persistent).await,
+                Err(ZkError::Io(_))
+            ));
+            std::fs::create_dir_all(dir.path().join(METADATA_DIR)).unwrap();
+            assert!(
+                matches!(
+                    store.create("/c", b"", CreateMode::Persistent).await,
+                    Err(ZkError::Io(_))
+                ),
+                "the tree in memory is ahead of the disk: nothing more is changed"
+            );
         });
     }
 
