@@ -52,6 +52,14 @@ impl ControllerContext {
         }
     }
 
+    /// The registered brokers with their epochs, as read from `/brokers/ids`.
+    pub fn set_live_brokers(&mut self, brokers: Vec<(BrokerIdZNode, i64)>) {
+        self.live_brokers = brokers
+            .into_iter()
+            .map(|(info, epoch)| (info.broker.id, LiveBroker { info, epoch }))
+            .collect();
+    }
+
     pub fn live_broker_ids(&self) -> Vec<i32> {
         self.live_brokers.keys().copied().collect()
     }
@@ -87,17 +95,13 @@ impl ControllerContext {
                     }
                 })
                 .collect();
-            image.topic_ids.insert(topic.id, name.clone());
-            image.topics.insert(
-                name.clone(),
-                Arc::new(TopicImage {
-                    name: name.clone(),
-                    id: topic.id,
-                    partitions,
-                    config_overrides: topic.config_overrides.clone(),
-                    log_config: topic.log_config.clone(),
-                }),
-            );
+            image.insert_topic(TopicImage {
+                name: name.clone(),
+                id: topic.id,
+                partitions,
+                config_overrides: topic.config_overrides.clone(),
+                log_config: topic.log_config.clone(),
+            });
         }
         image
     }

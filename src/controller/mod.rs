@@ -26,7 +26,7 @@ use tracing::info;
 use uuid::Uuid;
 
 use self::channel_manager::ControllerChannelManager;
-pub use self::context::{ControllerContext, LiveBroker, TopicContext};
+pub use self::context::{ControllerContext, TopicContext};
 pub use self::replica_assignment::validate_topic_name;
 use self::replica_assignment::{
     assign_replicas_to_brokers, check_assignments, check_partition_count, AssignmentStart,
@@ -194,7 +194,7 @@ impl<Z: ZkClient> KafkaController<Z> {
         self.on_topic_deletion().await;
         // Brokers may have come or gone while no broker was controller.
         self.elect_after_broker_change().await?;
-        self.send_update_metadata(&[]).await;
+        self.send_update_metadata(&[]);
         Ok(())
     }
 
@@ -205,14 +205,10 @@ impl<Z: ZkClient> KafkaController<Z> {
             return Ok(());
         }
         let brokers = self.zk.get_all_brokers_in_cluster(true).await?;
-        let live = &mut self.context_mut().live_brokers;
-        live.clear();
-        for (info, epoch) in brokers {
-            live.insert(info.broker.id, LiveBroker { info, epoch });
-        }
+        self.context_mut().set_live_brokers(brokers);
         info!(live = ?self.context_mut().live_broker_ids(), "live brokers changed");
         self.elect_after_broker_change().await?;
-        self.send_update_metadata(&[]).await;
+        self.send_update_metadata(&[]);
         Ok(())
     }
 
@@ -278,7 +274,7 @@ impl<Z: ZkClient> KafkaController<Z> {
 
     /// UpdateMetadata with everything the controller knows (and the
     /// partitions of `deleted` topics, leaderless) to every live broker.
-    async fn send_update_metadata(&mut self, deleted: &[(String, TopicContext)]) {
+    fn send_update_metadata(&mut self, deleted: &[(String, TopicContext)]) {
         let (Some(propagation), Some(context)) = (self.propagation.as_mut(), self.context.as_ref())
         else {
             return;
@@ -353,11 +349,7 @@ impl<Z: ZkClient> KafkaController<Z> {
     /// Kafka's `initializeControllerContext`: live brokers and every topic's
     /// assignment, partition states and config.
     async fn load_context(&self, context: &mut ControllerContext) -> Result<(), KafkaZkError> {
-        for (info, epoch) in self.zk.get_all_brokers_in_cluster(true).await? {
-            context
-                .live_brokers
-                .insert(info.broker.id, LiveBroker { info, epoch });
-        }
+        context.set_live_brokers(self.zk.get_all_brokers_in_cluster(true).await?);
         for name in self.zk.get_all_topics_in_cluster().await? {
             if let Some(topic) = self.read_topic(&name).await? {
                 context.topics.insert(name, topic);
@@ -499,7 +491,7 @@ impl<Z: ZkClient> KafkaController<Z> {
             },
         );
         self.on_new_partitions(&topic.name, 0).await?;
-        self.send_update_metadata(&[]).await;
+        self.send_update_metadata(&[]);
         info!(
             topic = topic.name,
             partitions, replication_factor, "created topic"
@@ -667,7 +659,7 @@ impl<Z: ZkClient> KafkaController<Z> {
         context.assignment = assignment.partitions;
         context.assignment_version = version + 1;
         self.on_new_partitions(topic, current).await?;
-        self.send_update_metadata(&[]).await;
+        self.send_update_metadata(&[]);
         info!(topic, partitions = count, "added partitions");
         Ok(())
     }

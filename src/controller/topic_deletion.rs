@@ -42,7 +42,7 @@ impl<Z: ZkClient> KafkaController<Z> {
             }
         }
         if !deleted.is_empty() {
-            self.send_update_metadata(&deleted).await;
+            self.send_update_metadata(&deleted);
         }
         Ok(!deleted.is_empty())
     }

@@ -96,7 +96,17 @@ pub struct ApiTable {
 
 /// An API kafka-protocol knows, served by `$handler` (an `async fn(&ctx,
 /// request, version) -> response`).
+/// With `serve = f`, `f(&ctx, body, version)` does the whole request.
 macro_rules! api {
+    ($key:ident, $min:expr, $max:expr, serve = $serve:path) => {
+        Api {
+            key: ApiKey::$key as i16,
+            min_version: $min,
+            max_version: $max,
+            request_header_version: |version| ApiKey::$key.request_header_version(version),
+            serve: |ctx, body, version| Box::pin($serve(ctx, body, version)),
+        }
+    };
     ($key:ident, $min:expr, $max:expr, $handler:path) => {
         Api {
             key: ApiKey::$key as i16,
@@ -112,20 +122,8 @@ impl ApiTable {
     /// What every listener serves to clients.
     pub fn client() -> Self {
         let apis = vec![
-            Api {
-                key: ApiKey::Produce as i16,
-                min_version: 3,
-                max_version: 13,
-                request_header_version: |version| ApiKey::Produce.request_header_version(version),
-                serve: |ctx, body, version| Box::pin(serve_produce(ctx, body, version)),
-            },
-            Api {
-                key: ApiKey::Fetch as i16,
-                min_version: 4,
-                max_version: 18,
-                request_header_version: |version| ApiKey::Fetch.request_header_version(version),
-                serve: |ctx, body, version| Box::pin(serve_fetch(ctx, body, version)),
-            },
+            api!(Produce, 3, 13, serve = serve_produce),
+            api!(Fetch, 4, 18, serve = serve_fetch),
             api!(ListOffsets, 1, 10, list_offsets::handle),
             api!(Metadata, 0, 13, metadata::handle),
             api!(OffsetCommit, 2, 9, offset_commit::handle),

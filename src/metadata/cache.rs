@@ -170,17 +170,13 @@ impl MetadataCache {
                 })
                 .collect();
             let config = self.configs.get(name);
-            image.topic_ids.insert(topic.id, name.clone());
-            image.topics.insert(
-                name.clone(),
-                Arc::new(TopicImage {
-                    name: name.clone(),
-                    id: topic.id,
-                    partitions,
-                    config_overrides: config.map(|c| c.overrides.clone()).unwrap_or_default(),
-                    log_config: config.map_or_else(|| defaults.clone(), |c| c.log_config.clone()),
-                }),
-            );
+            image.insert_topic(TopicImage {
+                name: name.clone(),
+                id: topic.id,
+                partitions,
+                config_overrides: config.map(|c| c.overrides.clone()).unwrap_or_default(),
+                log_config: config.map_or_else(|| defaults.clone(), |c| c.log_config.clone()),
+            });
         }
         image
     }

@@ -102,6 +102,12 @@ impl MetadataImage {
             .filter_map(move |broker| Some((broker.id, broker.endpoint(listener_name)?)))
     }
 
+    /// Adds a topic, findable by name and by id.
+    pub fn insert_topic(&mut self, topic: TopicImage) {
+        self.topic_ids.insert(topic.id, topic.name.clone());
+        self.topics.insert(topic.name.clone(), Arc::new(topic));
+    }
+
     pub fn topic(&self, name: &str) -> Option<&Arc<TopicImage>> {
         self.topics.get(name)
     }

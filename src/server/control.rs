@@ -219,7 +219,7 @@ pub async fn start_embedded(
     placement: Arc<ShardPlacement>,
 ) -> Result<(ControlPlane<EmbeddedStore>, ZkEventReceiver), KafkaZkError> {
     let (store, zk_events) = EmbeddedStore::open(metadata_dir)?;
-    let plane = ControlPlane::start(store, registration, defaults, placement).await?;
+    let plane = ControlPlane::start(store, None, registration, defaults, placement).await?;
     assert!(
         plane.controller.is_active(),
         "the only broker is the controller"
@@ -238,13 +238,14 @@ pub async fn start_zookeeper(
     placement: Arc<ShardPlacement>,
 ) -> Result<(ControlPlane<Rc<ZooKeeperClient>>, ZkEventReceiver), KafkaZkError> {
     let (client, zk_events) = ZooKeeperClient::connect(config.clone()).await?;
-    let mut plane = ControlPlane::start(client, registration, defaults, placement).await?;
-    plane.cache = Some(MetadataCache::new(plane.cluster_id.clone()));
-    plane.controller = plane
-        .controller
-        .sending_update_metadata(inter_broker_listener);
-    // Elected before propagation was on: tell the brokers now.
-    plane.controller.on_broker_change().await?;
+    let plane = ControlPlane::start(
+        client,
+        Some(inter_broker_listener),
+        registration,
+        defaults,
+        placement,
+    )
+    .await?;
     Ok((plane, zk_events))
 }
 
@@ -275,8 +276,11 @@ impl<Z: ZkClient> ControlPlane<Z> {
     /// Kafka's broker startup against the store: its persistent paths and the
     /// cluster id, this broker's registration (refused while another broker
     /// holds the id), then the controller's startup, which runs the election.
+    /// With `inter_broker_listener` (ZooKeeper mode), brokers learn the
+    /// metadata with UpdateMetadata on it, this one included.
     async fn start(
         zk: Z,
+        inter_broker_listener: Option<String>,
         registration: BrokerIdZNode,
         defaults: TopicDefaults,
         placement: Arc<ShardPlacement>,
@@ -291,13 +295,20 @@ impl<Z: ZkClient> ControlPlane<Z> {
         let log_defaults = Arc::new(defaults.log_config.clone());
         let mut controller =
             KafkaController::new(zk.clone(), broker_id, cluster_id.clone(), defaults);
+        let cache = match inter_broker_listener {
+            Some(listener) => {
+                controller = controller.sending_update_metadata(listener);
+                Some(MetadataCache::new(cluster_id.clone()))
+            }
+            None => None,
+        };
         controller.elect().await?;
         Ok(Self {
             zk,
             registration,
             cluster_id,
             controller,
-            cache: None,
+            cache,
             broker_epoch,
             defaults: log_defaults,
             placement,
