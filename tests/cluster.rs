@@ -1,14 +1,16 @@
 //! Cluster mode on a real ZooKeeper: brokers register under `/brokers/ids`
 //! in Kafka 3.9's JSON, one of them is elected through `/controller` and
 //! `/controller_epoch`, a dead controller is replaced within the session
-//! timeout, and a paused one that wakes up steps down.
+//! timeout, and a paused one that wakes up steps down. Topics made and
+//! deleted with Kafka's CLI reach every broker through LeaderAndIsr and
+//! StopReplica.
 
 mod common;
 
 use std::time::Duration;
 
 use common::cluster::{ZooKeeper, SESSION_TIMEOUT};
-use common::kcat;
+use common::{kafka_tool, kcat};
 use serde_json::json;
 
 const CHROOT: &str = "/ringbroker";
@@ -198,7 +200,7 @@ fn leaders(address: &str, topic: &str) -> Vec<i32> {
     partitions.into_iter().map(|(_, leader)| leader).collect()
 }
 
-fn wait(within: Duration, what: &str, condition: impl Fn() -> bool) {
+fn wait(within: Duration, what: &str, mut condition: impl FnMut() -> bool) {
     let deadline = std::time::Instant::now() + within;
     while !condition() {
         assert!(
@@ -286,4 +288,337 @@ fn topics_spread_over_brokers_and_clients_follow_a_killed_leader() {
     let mut expected: Vec<String> = (0..RECORDS).map(|i| format!("key-{i}:value-{i}")).collect();
     expected.sort_unstable();
     assert_eq!(got, expected);
+}
+
+const TOPICS: &str = "org.apache.kafka.tools.TopicCommand";
+
+/// The partition directories of `topic` in a broker's log dir.
+fn partition_dirs(broker: &common::Broker, topic: &str) -> Vec<String> {
+    let prefix = format!("{topic}-");
+    let mut dirs: Vec<String> = std::fs::read_dir(broker.data_dir())
+        .map(|entries| {
+            entries
+                .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+                .filter(|name| name.starts_with(&prefix))
+                .collect()
+        })
+        .unwrap_or_default();
+    dirs.sort();
+    dirs
+}
+
+#[test]
+fn a_deleted_topic_leaves_every_broker_even_one_down_meanwhile() {
+    let zk = ZooKeeper::start();
+    let mut brokers: Vec<_> = (1..=3).map(|id| zk.start_broker(CHROOT, id, &[])).collect();
+    let index = |id: i32| (id - 1) as usize;
+    let controller = controller_id(&zk).unwrap() as i32;
+    let down = (1..=3).find(|id| *id != controller).unwrap();
+    // Not the controller: the admin client sends CreateTopics there itself.
+    let up = (1..=3).find(|id| *id != controller && *id != down).unwrap();
+    let bootstrap = brokers[index(up)].address();
+    let topics = |args: &[&str]| -> String {
+        let mut all = vec!["--bootstrap-server", bootstrap.as_str()];
+        all.extend_from_slice(args);
+        kafka_tool(TOPICS, &all, None)
+    };
+    topics(&[
+        "--create",
+        "--topic",
+        "doomed",
+        "--partitions",
+        "4",
+        "--replication-factor",
+        "3",
+    ]);
+    let expected: Vec<String> = (0..4).map(|p| format!("doomed-{p}")).collect();
+    // LeaderAndIsr opened a replica of every partition on every broker.
+    for broker in &brokers {
+        wait(Duration::from_secs(10), "every replica's log", || {
+            partition_dirs(broker, "doomed") == expected
+        });
+    }
+    let described = topics(&["--describe", "--topic", "doomed"]);
+    assert_eq!(
+        described.matches("ReplicationFactor: 3").count(),
+        1,
+        "{described}"
+    );
+    for line in described.lines().filter(|l| l.contains("Partition: ")) {
+        let field = |name: &str| {
+            let value = line.split(name).nth(1).unwrap();
+            value.split('\t').next().unwrap().split(',').count()
+        };
+        assert_eq!((field("Replicas: "), field("Isr: ")), (3, 3), "{line}");
+    }
+
+    // A broker that is down when the topic is deleted holds the deletion
+    // up: the topic's znodes stay until it is back and has deleted its logs.
+    brokers[index(down)].kill();
+    zk.wait_for(
+        SESSION_TIMEOUT + Duration::from_secs(3),
+        "the killed broker's registration gone",
+        |zk| !registered(zk).contains(&down.to_string()),
+    );
+    topics(&["--delete", "--topic", "doomed"]);
+    for id in (1..=3).filter(|id| *id != down) {
+        wait(Duration::from_secs(10), "the logs deleted", || {
+            partition_dirs(&brokers[index(id)], "doomed").is_empty()
+        });
+    }
+    assert!(zk.get(&path("/brokers/topics/doomed")).is_some());
+    assert!(zk.get(&path("/admin/delete_topics/doomed")).is_some());
+    assert_eq!(partition_dirs(&brokers[index(down)], "doomed"), expected);
+
+    brokers[index(down)].restart();
+    wait(
+        Duration::from_secs(15),
+        "the returning broker's logs deleted",
+        || partition_dirs(&brokers[index(down)], "doomed").is_empty(),
+    );
+    zk.wait_for(Duration::from_secs(10), "the topic's znodes gone", |zk| {
+        zk.get(&path("/brokers/topics/doomed")).is_none()
+            && zk.get(&path("/admin/delete_topics/doomed")).is_none()
+            && zk.get(&path("/config/topics/doomed")).is_none()
+    });
+    assert!(!topics(&["--list"]).lines().any(|l| l == "doomed"));
+}
+
+/// Counts a producer's deliveries and keeps its delivery errors.
+#[derive(Default)]
+struct Deliveries {
+    delivered: std::sync::atomic::AtomicUsize,
+    errors: std::sync::Mutex<Vec<String>>,
+}
+
+struct DeliveryContext(std::sync::Arc<Deliveries>);
+
+impl rdkafka::ClientContext for DeliveryContext {}
+
+impl rdkafka::producer::ProducerContext for DeliveryContext {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &rdkafka::message::DeliveryResult<'_>, _: ()) {
+        match result {
+            Ok(_) => {
+                self.0
+                    .delivered
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            Err((error, _)) => self.0.errors.lock().unwrap().push(error.to_string()),
+        }
+    }
+}
+
+#[test]
+fn a_stopping_broker_hands_its_leaderships_over_before_it_exits() {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    let zk = ZooKeeper::start();
+    let mut brokers: Vec<_> = (1..=3).map(|id| zk.start_broker(CHROOT, id, &[])).collect();
+    let index = |id: i32| (id - 1) as usize;
+    let controller = controller_id(&zk).unwrap() as i32;
+    let stopping = (1..=3).find(|id| *id != controller).unwrap();
+    let bootstrap = brokers[index(controller)].address();
+    kafka_tool(
+        TOPICS,
+        &[
+            "--bootstrap-server",
+            &bootstrap,
+            "--create",
+            "--topic",
+            "handover",
+            "--partitions",
+            "6",
+            "--replication-factor",
+            "3",
+        ],
+        None,
+    );
+    for broker in &brokers {
+        wait(Duration::from_secs(10), "the topic on every broker", || {
+            let leaders = leaders(&broker.address(), "handover");
+            leaders.len() == 6 && (1..=3).all(|id| leaders.contains(&id))
+        });
+    }
+    let led: Vec<usize> = leaders(&bootstrap, "handover")
+        .iter()
+        .enumerate()
+        .filter(|(_, leader)| **leader == stopping)
+        .map(|(partition, _)| partition)
+        .collect();
+    assert!(!led.is_empty());
+
+    // A producer with acks=1 keeps writing to every partition meanwhile.
+    let deliveries = Arc::new(Deliveries::default());
+    let producing = Arc::new(AtomicBool::new(true));
+    let producer_thread = std::thread::spawn({
+        let (deliveries, producing) = (deliveries.clone(), producing.clone());
+        let all: Vec<String> = brokers.iter().map(|b| b.address()).collect();
+        move || {
+            let producer: BaseProducer<DeliveryContext> = rdkafka::ClientConfig::new()
+                .set("bootstrap.servers", all.join(","))
+                .set("acks", "1")
+                .set("linger.ms", "5")
+                .create_with_context(DeliveryContext(deliveries))
+                .unwrap();
+            let mut sent = 0usize;
+            while producing.load(Ordering::Acquire) {
+                let key = sent.to_string();
+                let record = BaseRecord::to("handover").key(&key).payload("value");
+                if producer.send(record).is_ok() {
+                    sent += 1;
+                }
+                producer.poll(Duration::from_millis(2));
+            }
+            producer.flush(Duration::from_secs(30)).unwrap();
+            sent
+        }
+    });
+    std::thread::sleep(Duration::from_secs(1));
+
+    // SIGTERM: the controller moves the leaderships before the broker exits.
+    brokers[index(stopping)].stop();
+    assert!(
+        brokers[index(stopping)]
+            .log()
+            .contains("controlled shutdown succeeded"),
+        "{}",
+        brokers[index(stopping)].log()
+    );
+    for partition in &led {
+        let state = zk
+            .json(&path(&format!(
+                "/brokers/topics/handover/partitions/{partition}/state"
+            )))
+            .unwrap();
+        let leader = state["leader"].as_i64().unwrap() as i32;
+        let isr: Vec<i64> = state["isr"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|id| id.as_i64().unwrap())
+            .collect();
+        assert!(leader != stopping && leader != -1, "{state}");
+        assert!(!isr.contains(&(stopping as i64)), "{state}");
+    }
+    std::thread::sleep(Duration::from_secs(1));
+    producing.store(false, Ordering::Release);
+    let sent = producer_thread.join().unwrap();
+    let errors = deliveries.errors.lock().unwrap().clone();
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!(deliveries.delivered.load(Ordering::Relaxed), sent);
+    assert!(sent > 0);
+}
+
+/// InitProducerId on `address` for an idempotent producer; None while the
+/// broker answers with a retriable error.
+fn init_producer_id(address: &str) -> Option<i64> {
+    use kafka_protocol::messages::{ApiKey, InitProducerIdRequest, InitProducerIdResponse};
+    let mut client = common::Client::connect(address);
+    let request = InitProducerIdRequest::default()
+        .with_transactional_id(None)
+        .with_transaction_timeout_ms(60_000);
+    let response: InitProducerIdResponse = client.call(ApiKey::InitProducerId, 4, &request).ok()?;
+    (response.error_code == 0).then_some(response.producer_id.0)
+}
+
+#[test]
+fn producer_ids_come_from_controller_blocks_and_are_never_handed_out_twice() {
+    let zk = ZooKeeper::start();
+    let mut brokers: Vec<_> = (1..=3).map(|id| zk.start_broker(CHROOT, id, &[])).collect();
+    let first_id = |broker: &common::Broker| {
+        let mut id = None;
+        wait(Duration::from_secs(10), "a producer id", || {
+            id = init_producer_id(&broker.address());
+            id.is_some()
+        });
+        id.unwrap()
+    };
+    let mut ids: Vec<i64> = brokers
+        .iter()
+        .flat_map(|b| [first_id(b), first_id(b)])
+        .collect();
+    // A broker restarted from scratch asks for a new block.
+    let controller = controller_id(&zk).unwrap() as usize;
+    let other = (1..=3).find(|id| *id != controller).unwrap();
+    brokers[other - 1].kill();
+    zk.wait_for(
+        SESSION_TIMEOUT + Duration::from_secs(3),
+        "the killed broker's registration gone",
+        |zk| !registered(zk).contains(&other.to_string()),
+    );
+    brokers[other - 1].restart();
+    ids.push(first_id(&brokers[other - 1]));
+    let mut distinct = ids.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(distinct.len(), ids.len(), "{ids:?}");
+    let block = zk.json(&path("/latest_producer_id_block")).unwrap();
+    assert_eq!(block["version"], 1);
+    let end: i64 = block["block_end"].as_str().unwrap().parse().unwrap();
+    let start: i64 = block["block_start"].as_str().unwrap().parse().unwrap();
+    assert_eq!(end - start + 1, 1000);
+    assert!(ids.iter().all(|id| *id <= end), "{ids:?} {block}");
+    assert!((1..=3).contains(&block["broker"].as_i64().unwrap()));
+}
+
+/// A topic config's value as `address` describes it (DescribeConfigs).
+fn described_config(address: &str, topic: &str, key: &str) -> Option<String> {
+    use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+    use kafka_protocol::messages::{ApiKey, DescribeConfigsRequest, DescribeConfigsResponse};
+    use kafka_protocol::protocol::StrBytes;
+    let mut client = common::Client::connect(address);
+    let request =
+        DescribeConfigsRequest::default().with_resources(vec![DescribeConfigsResource::default()
+            .with_resource_type(2)
+            .with_resource_name(StrBytes::from_string(topic.to_owned()))
+            .with_configuration_keys(Some(vec![StrBytes::from_string(key.to_owned())]))]);
+    let response: DescribeConfigsResponse =
+        client.call(ApiKey::DescribeConfigs, 4, &request).ok()?;
+    let result = response.results.first()?;
+    (result.error_code == 0).then_some(())?;
+    Some(result.configs.first()?.value.as_ref()?.to_string())
+}
+
+#[test]
+fn a_config_change_on_any_broker_reaches_every_broker() {
+    let zk = ZooKeeper::start();
+    let brokers: Vec<_> = (1..=3).map(|id| zk.start_broker(CHROOT, id, &[])).collect();
+    let controller = controller_id(&zk).unwrap() as usize;
+    let other = (1..=3).find(|id| *id != controller).unwrap();
+    common::Client::connect(&brokers[controller - 1].address()).create_topic("configured", 3);
+    // kafka-configs against a broker that is not the controller, which
+    // writes the change and its notification itself.
+    kafka_tool(
+        "org.apache.kafka.tools.ConfigCommand",
+        &[
+            "--bootstrap-server",
+            &brokers[other - 1].address(),
+            "--alter",
+            "--entity-type",
+            "topics",
+            "--entity-name",
+            "configured",
+            "--add-config",
+            "retention.ms=123456",
+        ],
+        None,
+    );
+    let stored = zk.json(&path("/config/topics/configured")).unwrap();
+    assert_eq!(stored["config"]["retention.ms"], "123456");
+    let notifications = zk.children(&path("/config/changes"));
+    assert!(!notifications.is_empty());
+    for broker in &brokers {
+        wait(
+            Duration::from_secs(10),
+            "the new config on every broker",
+            || {
+                described_config(&broker.address(), "configured", "retention.ms").as_deref()
+                    == Some("123456")
+            },
+        );
+    }
 }

@@ -4,41 +4,12 @@
 
 mod common;
 
-use std::io::Write;
 use std::process::{Command, Stdio};
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use common::{fetch_kafka_jars, repo_root, wait_for_assignment, Broker, Client};
-
-/// Runs a Kafka tool class; returns its stdout, failing on a non-zero exit.
-fn kafka_tool(class: &str, args: &[&str], input: Option<&str>) -> String {
-    fetch_kafka_jars("kafka");
-    let mut child = Command::new("timeout")
-        .arg("120")
-        .arg(repo_root().join("tests/support/kafka/kafka-run-class.sh"))
-        .arg(class)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    if let Some(input) = input {
-        stdin.write_all(input.as_bytes()).unwrap();
-    }
-    drop(stdin);
-    let output = child.wait_with_output().unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(
-        output.status.success(),
-        "{class} {args:?} failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    stdout
-}
+use common::{fetch_kafka_jars, kafka_tool, repo_root, wait_for_assignment, Broker, Client};
 
 const TOPICS: &str = "org.apache.kafka.tools.TopicCommand";
 const CONFIGS: &str = "org.apache.kafka.tools.ConfigCommand";

@@ -59,6 +59,9 @@ const BROKER_KEYS: &[&str] = &[
     "zookeeper.connection.timeout.ms",
     "zookeeper.max.in.flight.requests",
     "broker.rack",
+    "controlled.shutdown.enable",
+    "controlled.shutdown.max.retries",
+    "controlled.shutdown.retry.backoff.ms",
 ];
 
 /// KRaft keys a ZooKeeper-mode broker has no use for: said once, then ignored.
@@ -115,6 +118,7 @@ pub struct BrokerConfig {
     pub max_incremental_fetch_session_cache_slots: usize,
     pub fetch_max_bytes: usize,
     pub connections_max_idle_ms: u64,
+    pub controlled_shutdown: ControlledShutdownConfig,
     /// `offsets.topic.num.partitions`
     pub offsets_topic_num_partitions: i32,
     /// `offsets.topic.replication.factor`
@@ -130,6 +134,15 @@ pub struct BrokerConfig {
 
 #[derive(Debug)]
 pub struct ConfigError(pub String);
+
+/// `controlled.shutdown.*`, with Kafka's defaults: a ZooKeeper-mode broker
+/// asks the controller to move its leaderships away before it stops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ControlledShutdownConfig {
+    pub enable: bool,
+    pub max_retries: u32,
+    pub retry_backoff_ms: u64,
+}
 
 impl std::fmt::Display for ConfigError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -347,6 +360,16 @@ impl BrokerConfig {
                 .map_or(Ok(57_671_680), |v| parse("fetch.max.bytes", v))?,
             connections_max_idle_ms: get("connections.max.idle.ms")
                 .map_or(Ok(600_000), |v| parse("connections.max.idle.ms", v))?,
+            controlled_shutdown: ControlledShutdownConfig {
+                enable: get("controlled.shutdown.enable")
+                    .map_or(Ok(true), |v| parse("controlled.shutdown.enable", v))?,
+                max_retries: get("controlled.shutdown.max.retries")
+                    .map_or(Ok(3), |v| parse("controlled.shutdown.max.retries", v))?,
+                retry_backoff_ms: get("controlled.shutdown.retry.backoff.ms")
+                    .map_or(Ok(5_000), |v| {
+                        parse("controlled.shutdown.retry.backoff.ms", v)
+                    })?,
+            },
             offsets_topic_num_partitions,
             offsets_topic_replication_factor: get("offsets.topic.replication.factor")
                 .map_or(Ok(3), |v| parse("offsets.topic.replication.factor", v))?,

@@ -1,13 +1,23 @@
 //! The requests the controller sends brokers, built from its context (Kafka's
-//! ControllerBrokerRequestBatch): UpdateMetadata with every live broker and
-//! every partition's state, each copy carrying its recipient's broker epoch.
+//! ControllerBrokerRequestBatch), each copy carrying its recipient's broker
+//! epoch: UpdateMetadata with every live broker and every partition's state
+//! (a topic being deleted leaderless), LeaderAndIsr to the live replicas of
+//! some partitions, StopReplica deleting a topic's replicas.
+
+use std::collections::BTreeMap;
 
 use super::context::{ControllerContext, TopicContext};
 use crate::protocol::inter_broker::{
-    security_protocol_id, BrokerId, StrBytes, TopicName, UpdateMetadataBroker,
-    UpdateMetadataEndpoint, UpdateMetadataPartitionState, UpdateMetadataRequest,
-    UpdateMetadataTopicState, LEADER_DURING_DELETE,
+    security_protocol_id, BrokerId, LeaderAndIsrLiveLeader, LeaderAndIsrPartitionState,
+    LeaderAndIsrRequest, LeaderAndIsrTopicState, StopReplicaPartitionState, StopReplicaRequest,
+    StopReplicaTopicState, StrBytes, TopicName, UpdateMetadataBroker, UpdateMetadataEndpoint,
+    UpdateMetadataPartitionState, UpdateMetadataRequest, UpdateMetadataTopicState,
+    EPOCH_DURING_DELETE, LEADER_DURING_DELETE,
 };
+
+fn topic_name(name: &str) -> TopicName {
+    TopicName(StrBytes::from_string(name.to_owned()))
+}
 
 fn ids(ids: &[i32]) -> Vec<BrokerId> {
     ids.iter().copied().map(BrokerId).collect()
@@ -63,11 +73,10 @@ fn topic_state(
 }
 
 /// One UpdateMetadata per live broker: every live broker, every partition,
-/// and the partitions of `deleted` topics with the leader `-2`.
+/// and the partitions of topics being deleted with the leader `-2`.
 pub fn update_metadata(
     context: &ControllerContext,
     controller_id: i32,
-    deleted: &[(String, TopicContext)],
 ) -> Vec<(i32, UpdateMetadataRequest)> {
     let live_brokers: Vec<UpdateMetadataBroker> = context
         .live_brokers
@@ -99,12 +108,7 @@ pub fn update_metadata(
     let topic_states: Vec<UpdateMetadataTopicState> = context
         .topics
         .iter()
-        .map(|(name, topic)| topic_state(context, name, topic, false))
-        .chain(
-            deleted
-                .iter()
-                .map(|(name, topic)| topic_state(context, name, topic, true)),
-        )
+        .map(|(name, topic)| topic_state(context, name, topic, context.is_being_deleted(name)))
         .collect();
     context
         .live_brokers
@@ -119,6 +123,118 @@ pub fn update_metadata(
             (*id, request)
         })
         .collect()
+}
+
+/// LeaderAndIsr for `partitions` (topic and index), one request per live
+/// broker holding a replica of any of them, with the endpoints
+/// (`inter_broker_listener`) of their live leaders.
+pub fn leader_and_isr<'a>(
+    context: &ControllerContext,
+    controller_id: i32,
+    inter_broker_listener: &str,
+    partitions: impl IntoIterator<Item = (&'a str, usize)>,
+    is_new: bool,
+) -> Vec<(i32, LeaderAndIsrRequest)> {
+    let mut by_broker: BTreeMap<i32, BTreeMap<&str, Vec<LeaderAndIsrPartitionState>>> =
+        BTreeMap::new();
+    let mut leaders: BTreeMap<i32, BTreeMap<i32, LeaderAndIsrLiveLeader>> = BTreeMap::new();
+    for (name, partition) in partitions {
+        let topic = &context.topics[name];
+        let Some(Some((state, version))) = topic.states.get(partition) else {
+            continue;
+        };
+        let replicas = &topic.assignment[partition];
+        let partition_state = LeaderAndIsrPartitionState::default()
+            .with_topic_name(topic_name(name))
+            .with_partition_index(partition as i32)
+            .with_controller_epoch(state.controller_epoch)
+            .with_leader(BrokerId(state.leader))
+            .with_leader_epoch(state.leader_epoch)
+            .with_isr(ids(&state.isr))
+            .with_partition_epoch(*version)
+            .with_replicas(ids(replicas))
+            .with_is_new(is_new)
+            .with_leader_recovery_state(state.leader_recovery_state);
+        let leader = context.live_brokers.get(&state.leader).and_then(|live| {
+            let endpoint = live.info.broker.endpoint(inter_broker_listener)?;
+            Some(
+                LeaderAndIsrLiveLeader::default()
+                    .with_broker_id(BrokerId(state.leader))
+                    .with_host_name(StrBytes::from_string(endpoint.host.clone()))
+                    .with_port(i32::from(endpoint.port)),
+            )
+        });
+        for replica in replicas
+            .iter()
+            .filter(|id| context.live_brokers.contains_key(id))
+        {
+            by_broker
+                .entry(*replica)
+                .or_default()
+                .entry(name)
+                .or_default()
+                .push(partition_state.clone());
+            if let Some(leader) = &leader {
+                leaders
+                    .entry(*replica)
+                    .or_default()
+                    .insert(state.leader, leader.clone());
+            }
+        }
+    }
+    by_broker
+        .into_iter()
+        .map(|(broker, topics)| {
+            let topic_states = topics
+                .into_iter()
+                .map(|(name, states)| {
+                    LeaderAndIsrTopicState::default()
+                        .with_topic_name(topic_name(name))
+                        .with_topic_id(context.topics[name].id)
+                        .with_partition_states(states)
+                })
+                .collect();
+            let request = LeaderAndIsrRequest::default()
+                .with_controller_id(BrokerId(controller_id))
+                .with_controller_epoch(context.epoch.epoch)
+                .with_broker_epoch(context.live_brokers[&broker].epoch)
+                .with_topic_states(topic_states)
+                .with_live_leaders(
+                    leaders
+                        .remove(&broker)
+                        .map(|l| l.into_values().collect())
+                        .unwrap_or_default(),
+                );
+            (broker, request)
+        })
+        .collect()
+}
+
+/// StopReplica deleting `partitions` of `topic` on `broker`, with the
+/// deletion's leader epoch sentinel.
+pub fn stop_replica_deleting(
+    context: &ControllerContext,
+    controller_id: i32,
+    broker: i32,
+    topic: &str,
+    partitions: impl IntoIterator<Item = i32>,
+) -> StopReplicaRequest {
+    let states = partitions
+        .into_iter()
+        .map(|partition| {
+            StopReplicaPartitionState::default()
+                .with_partition_index(partition)
+                .with_leader_epoch(EPOCH_DURING_DELETE)
+                .with_delete_partition(true)
+        })
+        .collect();
+    StopReplicaRequest::default()
+        .with_controller_id(BrokerId(controller_id))
+        .with_controller_epoch(context.epoch.epoch)
+        .with_broker_epoch(context.live_brokers[&broker].epoch)
+        .with_topic_states(vec![StopReplicaTopicState::default()
+            .with_topic_name(topic_name(topic))
+            .with_partition_states(states)])
 }
 
 #[cfg(test)]
@@ -152,7 +268,6 @@ mod tests {
             assignment_version: 0,
             states,
             config_overrides: BTreeMap::new(),
-            config_version: None,
             log_config: Arc::new(Default::default()),
         }
     }
@@ -184,8 +299,13 @@ mod tests {
         context
             .topics
             .insert("kept".into(), topic(vec![vec![1, 3]], 1));
-        let deleted = vec![("gone".to_owned(), topic(vec![vec![2]], 2))];
-        let requests = update_metadata(&context, 1, &deleted);
+        context
+            .topics
+            .insert("gone".into(), topic(vec![vec![2]], 2));
+        context
+            .topics_being_deleted
+            .insert("gone".into(), [(2, 0)].into());
+        let requests = update_metadata(&context, 1);
         let epochs: Vec<(i32, i64)> = requests
             .iter()
             .map(|(id, r)| (*id, r.broker_epoch))
@@ -194,7 +314,13 @@ mod tests {
         let request = &requests[0].1;
         assert_eq!((request.controller_id.0, request.controller_epoch), (1, 5));
         assert_eq!(request.live_brokers.len(), 2);
-        let kept = &request.topic_states[0].partition_states[0];
+        let names: Vec<String> = request
+            .topic_states
+            .iter()
+            .map(|t| t.topic_name.to_string())
+            .collect();
+        assert_eq!(names, ["gone", "kept"]);
+        let kept = &request.topic_states[1].partition_states[0];
         assert_eq!(
             (kept.leader.0, kept.leader_epoch, kept.zk_version),
             (1, 3, 4)
@@ -204,7 +330,33 @@ mod tests {
             vec![BrokerId(3)],
             "broker 3 is not live"
         );
-        let gone = &request.topic_states[1].partition_states[0];
+        let gone = &request.topic_states[0].partition_states[0];
         assert_eq!(gone.leader.0, LEADER_DURING_DELETE);
+
+        // LeaderAndIsr goes to the live replicas only, with their leaders' endpoints.
+        let requests = leader_and_isr(&context, 1, "INTERNAL", [("kept", 0)], true);
+        assert_eq!(requests.len(), 1, "broker 3 is not live");
+        let (broker, request) = &requests[0];
+        assert_eq!((*broker, request.broker_epoch), (1, 10));
+        let state = &request.topic_states[0].partition_states[0];
+        assert_eq!(
+            (
+                state.leader.0,
+                state.leader_epoch,
+                state.partition_epoch,
+                state.is_new
+            ),
+            (1, 3, 4, true)
+        );
+        assert_eq!(state.replicas, vec![BrokerId(1), BrokerId(3)]);
+        assert!(
+            request.live_leaders.is_empty(),
+            "broker 1 has no INTERNAL listener"
+        );
+        let stop = stop_replica_deleting(&context, 1, 2, "gone", [0]);
+        assert_eq!(stop.broker_epoch, 20);
+        let partition = &stop.topic_states[0].partition_states[0];
+        assert!(partition.delete_partition);
+        assert_eq!(partition.leader_epoch, EPOCH_DURING_DELETE);
     }
 }

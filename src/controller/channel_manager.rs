@@ -3,28 +3,32 @@
 //! sent again, on a new connection after a backoff, until the broker answers
 //! or leaves the cluster.
 //!
-//! Every UpdateMetadata carries the whole state, so a broker's queue is one
-//! slot: a newer request replaces one not yet sent, keeping the deleted
-//! topics the older one announced. The controller never waits for a broker,
-//! which matters when the broker is its own and waits for the controller's
-//! thread to apply the request.
+//! LeaderAndIsr and StopReplica go in order; one merges into the request
+//! queued before it when that is of its kind and not yet sent (a partition's
+//! newer state replacing its older one), so a broker that does not answer
+//! holds at most one request per change of kind. Every UpdateMetadata carries
+//! the whole state, so it has one slot, sent once the queue is empty: a newer
+//! one replaces one not yet sent, keeping the deleted topics the older one
+//! announced. The controller never waits for a broker, which matters when the
+//! broker is its own and waits for the controller's thread to apply a request.
+//! StopReplica's answers come back to the controller as events.
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::rc::Rc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
-use glommio::net::TcpStream;
 use glommio::task::JoinHandle;
+use shards::log::TopicPartition;
 use tracing::{debug, warn};
 
 use crate::metadata::image::EndPoint;
+use crate::network::broker_connection::BrokerConnection;
 use crate::protocol::inter_broker::{
-    decode_update_metadata_response, encode_update_metadata_request, UpdateMetadataRequest,
-    LEADER_DURING_DELETE,
+    ControlApi, LeaderAndIsrRequest, LeaderAndIsrResponse, StopReplicaRequest, StopReplicaResponse,
+    UpdateMetadataRequest, UpdateMetadataResponse, LEADER_AND_ISR, LEADER_DURING_DELETE,
+    STOP_REPLICA, UPDATE_METADATA,
 };
 use crate::protocol::ResponseError;
 
@@ -33,14 +37,114 @@ const SOCKET_TIMEOUT: Duration = Duration::from_secs(30);
 /// Between attempts at a broker that did not answer.
 const RETRY_BACKOFF: Duration = Duration::from_millis(100);
 /// The largest response the controller reads.
-const MAX_RESPONSE_BYTES: usize = 1024 * 1024;
+const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
 
-/// The request a broker is to be sent next, if any.
-type Pending = Rc<RefCell<Option<UpdateMetadataRequest>>>;
+/// A request to a broker that is sent in order with the others of its kind.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BrokerRequest {
+    LeaderAndIsr(LeaderAndIsrRequest),
+    StopReplica(StopReplicaRequest),
+}
+
+/// What a broker answered that the controller acts on.
+#[derive(Debug)]
+pub enum ControllerEvent {
+    /// Each partition's error code (0: stopped, its log deleted if asked).
+    StopReplicaAnswered {
+        broker: i32,
+        answers: Vec<(TopicPartition, i16)>,
+    },
+}
+
+#[derive(Default)]
+struct Pending {
+    queue: VecDeque<BrokerRequest>,
+    update_metadata: Option<UpdateMetadataRequest>,
+}
+
+impl Pending {
+    /// The next request to send: the queue's first, then UpdateMetadata.
+    fn take_next(&mut self) -> Option<Outgoing> {
+        if let Some(request) = self.queue.pop_front() {
+            return Some(Outgoing::Ordered(request));
+        }
+        self.update_metadata.take().map(Outgoing::UpdateMetadata)
+    }
+
+    fn push(&mut self, request: BrokerRequest) {
+        match (self.queue.back_mut(), request) {
+            (Some(BrokerRequest::LeaderAndIsr(older)), BrokerRequest::LeaderAndIsr(newer)) => {
+                merge_leader_and_isr(older, newer)
+            }
+            (Some(BrokerRequest::StopReplica(older)), BrokerRequest::StopReplica(newer)) => {
+                merge_stop_replica(older, newer)
+            }
+            (_, request) => self.queue.push_back(request),
+        }
+    }
+
+    fn push_update_metadata(&mut self, request: UpdateMetadataRequest) {
+        self.update_metadata = Some(match self.update_metadata.take() {
+            Some(older) => superseding(older, request),
+            None => request,
+        });
+    }
+}
+
+enum Outgoing {
+    Ordered(BrokerRequest),
+    UpdateMetadata(UpdateMetadataRequest),
+}
+
+/// `newer` into `held`, an entry of `newer` replacing the one of `held` with
+/// the same key.
+fn replace_by_key<T, K: PartialEq>(held: &mut Vec<T>, newer: Vec<T>, key: impl Fn(&T) -> K) {
+    for entry in newer {
+        held.retain(|old| key(old) != key(&entry));
+        held.push(entry);
+    }
+}
+
+/// `newer` into `older` (not yet sent): its epochs, and each partition's
+/// newer state in place of the older one.
+fn merge_leader_and_isr(older: &mut LeaderAndIsrRequest, newer: LeaderAndIsrRequest) {
+    older.controller_epoch = newer.controller_epoch;
+    older.broker_epoch = newer.broker_epoch;
+    for topic in newer.topic_states {
+        match older
+            .topic_states
+            .iter_mut()
+            .find(|t| t.topic_name == topic.topic_name && t.topic_id == topic.topic_id)
+        {
+            Some(held) => replace_by_key(&mut held.partition_states, topic.partition_states, |p| {
+                p.partition_index
+            }),
+            None => older.topic_states.push(topic),
+        }
+    }
+    replace_by_key(&mut older.live_leaders, newer.live_leaders, |l| l.broker_id);
+}
+
+fn merge_stop_replica(older: &mut StopReplicaRequest, newer: StopReplicaRequest) {
+    older.controller_epoch = newer.controller_epoch;
+    older.broker_epoch = newer.broker_epoch;
+    for topic in newer.topic_states {
+        match older
+            .topic_states
+            .iter_mut()
+            .find(|t| t.topic_name == topic.topic_name)
+        {
+            Some(held) => replace_by_key(&mut held.partition_states, topic.partition_states, |p| {
+                p.partition_index
+            }),
+            None => older.topic_states.push(topic),
+        }
+    }
+}
 
 struct BrokerChannel {
     endpoint: EndPoint,
-    pending: Pending,
+    pending: Rc<RefCell<Pending>>,
     /// One wake-up at most waits: the sender takes whatever is pending.
     wake: LocalSender<()>,
     sender: JoinHandle<()>,
@@ -71,13 +175,15 @@ fn superseding(
 pub struct ControllerChannelManager {
     controller_id: i32,
     brokers: BTreeMap<i32, BrokerChannel>,
+    events: Rc<LocalSender<ControllerEvent>>,
 }
 
 impl ControllerChannelManager {
-    pub fn new(controller_id: i32) -> Self {
+    pub fn new(controller_id: i32, events: LocalSender<ControllerEvent>) -> Self {
         Self {
             controller_id,
             brokers: BTreeMap::new(),
+            events: Rc::new(events),
         }
     }
 
@@ -98,7 +204,7 @@ impl ControllerChannelManager {
             if self.brokers.contains_key(id) {
                 continue;
             }
-            let pending: Pending = Rc::default();
+            let pending: Rc<RefCell<Pending>> = Rc::default();
             let (wake, woken) = local_channel::new_bounded(1);
             let sender = glommio::spawn_local(send_loop(
                 self.controller_id,
@@ -106,6 +212,7 @@ impl ControllerChannelManager {
                 endpoint.clone(),
                 pending.clone(),
                 woken,
+                self.events.clone(),
             ))
             .detach();
             self.brokers.insert(
@@ -120,20 +227,26 @@ impl ControllerChannelManager {
         }
     }
 
-    /// Hands each request to its broker's sender, replacing one not yet sent.
+    /// Hands a request to its broker's sender (dropped for a broker that is
+    /// not live: it is told everything when it comes back).
+    pub fn send(&self, broker: i32, request: BrokerRequest) {
+        self.with_pending(broker, |pending| pending.push(request));
+    }
+
+    /// Hands each UpdateMetadata to its broker's sender, replacing one not yet sent.
     pub fn send_update_metadata(&self, requests: Vec<(i32, UpdateMetadataRequest)>) {
         for (id, request) in requests {
-            let Some(channel) = self.brokers.get(&id) else {
-                continue;
-            };
-            let mut pending = channel.pending.borrow_mut();
-            *pending = Some(match pending.take() {
-                Some(older) => superseding(older, request),
-                None => request,
-            });
-            // Full: a wake-up is already waiting, and it takes this one.
-            let _ = channel.wake.try_send(());
+            self.with_pending(id, |pending| pending.push_update_metadata(request));
         }
+    }
+
+    fn with_pending(&self, broker: i32, change: impl FnOnce(&mut Pending)) {
+        let Some(channel) = self.brokers.get(&broker) else {
+            return;
+        };
+        change(&mut channel.pending.borrow_mut());
+        // Full: a wake-up is already waiting, and it takes this one.
+        let _ = channel.wake.try_send(());
     }
 
     /// Stops every sender (this broker is no longer the controller).
@@ -149,79 +262,135 @@ async fn send_loop(
     controller_id: i32,
     broker: i32,
     endpoint: EndPoint,
-    pending: Pending,
+    pending: Rc<RefCell<Pending>>,
     woken: LocalReceiver<()>,
+    events: Rc<LocalSender<ControllerEvent>>,
 ) {
     let address = format!("{}:{}", endpoint.host, endpoint.port);
+    let mut connection = BrokerConnection::new(address, SOCKET_TIMEOUT, MAX_RESPONSE_BYTES);
     let client_id = controller_id.to_string();
-    let mut connection: Option<TcpStream> = None;
-    let mut correlation_id = 0i32;
+    let mut sender = Sender {
+        broker,
+        client_id: &client_id,
+        connection: &mut connection,
+    };
     while woken.recv().await.is_some() {
-        let Some(mut request) = pending.borrow_mut().take() else {
-            continue;
-        };
         loop {
-            correlation_id = correlation_id.wrapping_add(1);
-            let frame = encode_update_metadata_request(correlation_id, &client_id, &request)
-                .expect("the controller's requests encode");
-            let answered = match connection.as_mut() {
-                Some(stream) => exchange(stream, &frame, correlation_id).await,
-                None => match TcpStream::connect(&address).await {
-                    Ok(stream) => {
-                        let stream = connection.insert(stream);
-                        let _ = stream.set_read_timeout(Some(SOCKET_TIMEOUT));
-                        exchange(stream, &frame, correlation_id).await
+            let next = pending.borrow_mut().take_next();
+            match next {
+                None => break,
+                Some(Outgoing::Ordered(BrokerRequest::LeaderAndIsr(request))) => {
+                    let response: LeaderAndIsrResponse =
+                        sender.until_answered(LEADER_AND_ISR, &request).await;
+                    if response.error_code != 0 {
+                        let error = ResponseError::try_from_code(response.error_code);
+                        warn!(broker, ?error, "LeaderAndIsr refused");
                     }
-                    Err(error) => Err(error.to_string()),
+                }
+                Some(Outgoing::Ordered(BrokerRequest::StopReplica(request))) => {
+                    let response: StopReplicaResponse =
+                        sender.until_answered(STOP_REPLICA, &request).await;
+                    let event = ControllerEvent::StopReplicaAnswered {
+                        broker,
+                        answers: stop_replica_answers(&request, &response),
+                    };
+                    if events.send(event).await.is_err() {
+                        return;
+                    }
+                }
+                Some(Outgoing::UpdateMetadata(mut request)) => loop {
+                    match sender
+                        .once::<_, UpdateMetadataResponse>(UPDATE_METADATA, &request)
+                        .await
+                    {
+                        Ok(response) => {
+                            if response.error_code != 0 {
+                                let error = ResponseError::try_from_code(response.error_code);
+                                warn!(broker, ?error, "UpdateMetadata refused");
+                            }
+                            break;
+                        }
+                        Err(()) => {
+                            // What came meanwhile goes instead, with what this one deleted.
+                            if let Some(newer) = pending.borrow_mut().update_metadata.take() {
+                                request = superseding(request, newer);
+                            }
+                        }
+                    }
                 },
-            };
-            match answered {
-                Ok(0) => break,
-                Ok(code) => {
-                    let error = ResponseError::try_from_code(code);
-                    warn!(broker, ?error, "UpdateMetadata refused");
-                    break;
-                }
-                Err(error) => {
-                    debug!(broker, address, %error, "cannot reach the broker; retrying");
-                    connection = None;
-                    glommio::timer::sleep(RETRY_BACKOFF).await;
-                    // What came meanwhile goes instead, with what this one deleted.
-                    if let Some(newer) = pending.borrow_mut().take() {
-                        request = superseding(request, newer);
-                    }
-                }
             }
         }
     }
 }
 
-/// Sends one request and reads its answer: the response's error code.
-async fn exchange(
-    stream: &mut TcpStream,
-    frame: &Bytes,
-    correlation_id: i32,
-) -> Result<i16, String> {
-    stream.write_all(frame).await.map_err(|e| e.to_string())?;
-    let mut size = [0u8; 4];
-    stream
-        .read_exact(&mut size)
-        .await
-        .map_err(|e| e.to_string())?;
-    let size = i32::from_be_bytes(size);
-    if size < 0 || size as usize > MAX_RESPONSE_BYTES {
-        return Err(format!("a {size}-byte response"));
+/// Each partition's answer; a request-wide error counts for every one.
+fn stop_replica_answers(
+    request: &StopReplicaRequest,
+    response: &StopReplicaResponse,
+) -> Vec<(TopicPartition, i16)> {
+    if response.error_code != 0 {
+        let requested = request.topic_states.iter().flat_map(|topic| {
+            topic
+                .partition_states
+                .iter()
+                .map(|p| TopicPartition::new(topic.topic_name.to_string(), p.partition_index))
+        });
+        return requested.map(|tp| (tp, response.error_code)).collect();
     }
-    let mut body = vec![0u8; size as usize];
-    stream
-        .read_exact(&mut body)
-        .await
-        .map_err(|e| e.to_string())?;
-    let (answered, response) = decode_update_metadata_response(Bytes::from(body))?;
-    if answered != correlation_id {
-        return Err(format!("answer to {answered}, expected {correlation_id}"));
+    response
+        .partition_errors
+        .iter()
+        .map(|p| {
+            let tp = TopicPartition::new(p.topic_name.to_string(), p.partition_index);
+            (tp, p.error_code)
+        })
+        .collect()
+}
+
+struct Sender<'a> {
+    broker: i32,
+    client_id: &'a str,
+    connection: &'a mut BrokerConnection,
+}
+
+impl Sender<'_> {
+    /// One attempt; after a failure, the backoff before the next.
+    async fn once<Request, Response>(
+        &mut self,
+        api: ControlApi,
+        request: &Request,
+    ) -> Result<Response, ()>
+    where
+        Request: kafka_protocol_legacy::protocol::Encodable,
+        Response: kafka_protocol_legacy::protocol::Decodable,
+    {
+        match api.call(self.connection, self.client_id, request).await {
+            Ok(response) => Ok(response),
+            Err(error) => {
+                let broker = self.broker;
+                debug!(broker, api = api.name, %error, "cannot reach the broker; retrying");
+                glommio::timer::sleep(RETRY_BACKOFF).await;
+                Err(())
+            }
+        }
     }
-    Ok(response.error_code)
+
+    /// Sends `request` until the broker answers it.
+    async fn until_answered<Request, Response>(
+        &mut self,
+        api: ControlApi,
+        request: &Request,
+    ) -> Response
+    where
+        Request: kafka_protocol_legacy::protocol::Encodable,
+        Response: kafka_protocol_legacy::protocol::Decodable,
+    {
+        loop {
+            if let Ok(response) = self.once(api, request).await {
+                return response;
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -264,5 +433,51 @@ mod tests {
             ]
         );
         assert_eq!(sent.controller_epoch, 2);
+    }
+
+    fn leader_and_isr(partition: i32, leader_epoch: i32) -> BrokerRequest {
+        use crate::protocol::inter_broker::{LeaderAndIsrPartitionState, LeaderAndIsrTopicState};
+        BrokerRequest::LeaderAndIsr(LeaderAndIsrRequest::default().with_topic_states(vec![
+            LeaderAndIsrTopicState::default()
+                .with_topic_name(TopicName(StrBytes::from_static_str("t")))
+                .with_partition_states(vec![LeaderAndIsrPartitionState::default()
+                    .with_partition_index(partition)
+                    .with_leader_epoch(leader_epoch)]),
+        ]))
+    }
+
+    #[test]
+    fn queued_requests_merge_with_their_kind_and_keep_their_order() {
+        let mut pending = Pending::default();
+        pending.push_update_metadata(UpdateMetadataRequest::default());
+        pending.push(leader_and_isr(0, 1));
+        pending.push(leader_and_isr(1, 1));
+        pending.push(leader_and_isr(0, 2));
+        pending.push(BrokerRequest::StopReplica(StopReplicaRequest::default()));
+        pending.push(leader_and_isr(2, 1));
+        let mut sent = Vec::new();
+        while let Some(next) = pending.take_next() {
+            sent.push(match next {
+                Outgoing::Ordered(BrokerRequest::LeaderAndIsr(request)) => {
+                    let states: Vec<(i32, i32)> = request.topic_states[0]
+                        .partition_states
+                        .iter()
+                        .map(|p| (p.partition_index, p.leader_epoch))
+                        .collect();
+                    format!("LeaderAndIsr {states:?}")
+                }
+                Outgoing::Ordered(BrokerRequest::StopReplica(_)) => "StopReplica".into(),
+                Outgoing::UpdateMetadata(_) => "UpdateMetadata".into(),
+            });
+        }
+        assert_eq!(
+            sent,
+            [
+                "LeaderAndIsr [(1, 1), (0, 2)]",
+                "StopReplica",
+                "LeaderAndIsr [(2, 1)]",
+                "UpdateMetadata"
+            ]
+        );
     }
 }

@@ -2,7 +2,7 @@
 //! ZooKeeper when it takes office and kept current by its own writes, as
 //! Kafka's class of that name. The metadata image is built from it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use shards::log::LogConfig;
@@ -27,9 +27,8 @@ pub struct TopicContext {
     pub assignment_version: i32,
     /// Each partition's state znode and its version, once written.
     pub states: Vec<Option<Versioned<TopicPartitionStateZNode>>>,
-    /// The overrides in `/config/topics/<t>`, and that znode's version.
+    /// The overrides in `/config/topics/<t>`.
     pub config_overrides: BTreeMap<String, String>,
-    pub config_version: Option<i32>,
     /// The broker's defaults with the overrides applied.
     pub log_config: Arc<LogConfig>,
 }
@@ -40,6 +39,13 @@ pub struct ControllerContext {
     pub cluster_id: String,
     pub live_brokers: BTreeMap<i32, LiveBroker>,
     pub topics: BTreeMap<String, TopicContext>,
+    /// Topics being deleted (ZooKeeper mode), each with the replicas (broker,
+    /// partition) whose StopReplica has not succeeded yet; its znodes go when
+    /// none is left (Kafka's TopicDeletionManager).
+    pub topics_being_deleted: BTreeMap<String, BTreeSet<(i32, i32)>>,
+    /// Live brokers stopping (ControlledShutdown): they lead nothing and
+    /// join no ISR.
+    pub shutting_down_broker_ids: BTreeSet<i32>,
 }
 
 impl ControllerContext {
@@ -49,15 +55,55 @@ impl ControllerContext {
             cluster_id,
             live_brokers: BTreeMap::new(),
             topics: BTreeMap::new(),
+            topics_being_deleted: BTreeMap::new(),
+            shutting_down_broker_ids: BTreeSet::new(),
         }
     }
 
-    /// The registered brokers with their epochs, as read from `/brokers/ids`.
+    /// A broker that may lead or join an ISR: live and not stopping.
+    pub fn is_eligible(&self, id: i32) -> bool {
+        self.live_brokers.contains_key(&id) && !self.shutting_down_broker_ids.contains(&id)
+    }
+
+    /// The partitions of topics not being deleted whose state `rule` changes:
+    /// `(topic, partition, leader, ISR)`.
+    pub fn partition_changes(
+        &self,
+        rule: impl Fn(&[i32], &TopicPartitionStateZNode) -> Option<(i32, Vec<i32>)>,
+    ) -> Vec<(String, usize, i32, Vec<i32>)> {
+        let mut changes = Vec::new();
+        for (name, topic) in &self.topics {
+            if self.is_being_deleted(name) {
+                continue;
+            }
+            for (partition, replicas) in topic.assignment.iter().enumerate() {
+                let Some(Some((state, _))) = topic.states.get(partition) else {
+                    continue;
+                };
+                if let Some((leader, isr)) = rule(replicas, state) {
+                    changes.push((name.clone(), partition, leader, isr));
+                }
+            }
+        }
+        changes
+    }
+
+    pub fn is_being_deleted(&self, topic: &str) -> bool {
+        self.topics_being_deleted.contains_key(topic)
+    }
+
+    /// The registered brokers with their epochs, as read from `/brokers/ids`;
+    /// a stopping broker that is gone (or registered again) stops stopping.
     pub fn set_live_brokers(&mut self, brokers: Vec<(BrokerIdZNode, i64)>) {
+        let before = std::mem::take(&mut self.live_brokers);
         self.live_brokers = brokers
             .into_iter()
             .map(|(info, epoch)| (info.broker.id, LiveBroker { info, epoch }))
             .collect();
+        self.shutting_down_broker_ids.retain(|id| {
+            let (was, is) = (before.get(id), self.live_brokers.get(id));
+            is.is_some_and(|is| was.is_some_and(|was| was.epoch == is.epoch))
+        });
     }
 
     pub fn live_broker_ids(&self) -> Vec<i32> {
@@ -91,7 +137,6 @@ impl ControllerContext {
                         leader_epoch: state.map_or(0, |s| s.leader_epoch),
                         isr: state.map(|s| s.isr.clone()).unwrap_or_default(),
                         replicas: replicas.clone(),
-                        shard: None,
                     }
                 })
                 .collect();

@@ -30,6 +30,29 @@ pub fn after_broker_change(
     (new_leader != leader || new_isr != isr).then_some((new_leader, new_isr))
 }
 
+/// Kafka's ControlledShutdownPartitionLeaderElection and the stopping
+/// replica's removal from the ISR: a partition `stopping` leads gets the
+/// first replica, in assignment order, that is eligible and in the ISR (None
+/// when there is none: it keeps its leader), and `stopping` leaves the ISR;
+/// as a follower it leaves the ISR unless that would empty it.
+pub fn on_controlled_shutdown(
+    replicas: &[i32],
+    leader: i32,
+    isr: &[i32],
+    stopping: i32,
+    eligible: impl Fn(i32) -> bool,
+) -> Option<(i32, Vec<i32>)> {
+    let rest: Vec<i32> = isr.iter().copied().filter(|id| *id != stopping).collect();
+    if leader == stopping {
+        let leader = replicas
+            .iter()
+            .copied()
+            .find(|id| eligible(*id) && rest.contains(id))?;
+        return Some((leader, rest));
+    }
+    (isr.contains(&stopping) && !rest.is_empty()).then_some((leader, rest))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -65,6 +88,28 @@ mod tests {
         assert_eq!(
             after_broker_change(&[1, 2], -1, &[1], live(&[1, 2])),
             Some((1, vec![1]))
+        );
+    }
+
+    #[test]
+    fn a_stopping_broker_hands_its_leaderships_to_the_rest_of_the_isr() {
+        assert_eq!(
+            on_controlled_shutdown(&[1, 2, 3], 1, &[1, 2, 3], 1, live(&[2, 3])),
+            Some((2, vec![2, 3]))
+        );
+        // Only an eligible ISR member leads; without one the leader stays.
+        assert_eq!(
+            on_controlled_shutdown(&[1, 2, 3], 1, &[1, 3], 1, live(&[2])),
+            None
+        );
+        // As a follower it leaves the ISR, but never empties it.
+        assert_eq!(
+            on_controlled_shutdown(&[1, 2], 2, &[2, 1], 1, live(&[2])),
+            Some((2, vec![2]))
+        );
+        assert_eq!(
+            on_controlled_shutdown(&[1, 2], -1, &[1], 1, live(&[2])),
+            None
         );
     }
 

@@ -21,20 +21,21 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::sync::Arc;
 
+use glommio::channels::local_channel::LocalSender;
 use shards::log::{wall_clock_ms, LogConfig};
 use tracing::info;
 use uuid::Uuid;
 
-use self::channel_manager::ControllerChannelManager;
+pub use self::channel_manager::ControllerEvent;
+use self::channel_manager::{BrokerRequest, ControllerChannelManager};
 pub use self::context::{ControllerContext, TopicContext};
 pub use self::replica_assignment::validate_topic_name;
 use self::replica_assignment::{
     assign_replicas_to_brokers, check_assignments, check_partition_count, AssignmentStart,
     BrokerMetadata,
 };
-pub use self::topic_config::stored_log_config;
-pub use self::topic_config::ConfigOp;
-use self::topic_config::{altered_overrides, log_config_with};
+use self::topic_config::log_config_with;
+pub use self::topic_config::{alter_topic_config, stored_log_config, ConfigOp};
 use crate::metadata::image::MetadataImage;
 use crate::metadata::kafka_zk_client::{ControllerEpoch, KafkaZkClient, KafkaZkError};
 use crate::metadata::zk_client::{Op, OpResult, ZkClient, ZkError};
@@ -105,7 +106,7 @@ pub struct KafkaController<Z> {
     propagation: Option<Propagation>,
 }
 
-/// UpdateMetadata to every live broker, on its inter-broker listener.
+/// Requests to every live broker, on its inter-broker listener.
 struct Propagation {
     inter_broker_listener: String,
     channels: ControllerChannelManager,
@@ -138,10 +139,16 @@ impl<Z: ZkClient> KafkaController<Z> {
     }
 
     /// Tells every live broker (itself included) the metadata with
-    /// UpdateMetadata on `inter_broker_listener`, as Kafka's controller does.
-    pub fn sending_update_metadata(mut self, inter_broker_listener: String) -> Self {
+    /// UpdateMetadata, LeaderAndIsr and StopReplica on
+    /// `inter_broker_listener`, as Kafka's controller does; what brokers
+    /// answer comes back on `events`.
+    pub fn sending_to_brokers(
+        mut self,
+        inter_broker_listener: String,
+        events: LocalSender<ControllerEvent>,
+    ) -> Self {
         self.propagation = Some(Propagation {
-            channels: ControllerChannelManager::new(self.broker_id),
+            channels: ControllerChannelManager::new(self.broker_id, events),
             inter_broker_listener,
         });
         self
@@ -191,10 +198,12 @@ impl<Z: ZkClient> KafkaController<Z> {
         let mut context = ControllerContext::new(epoch, self.cluster_id.clone());
         self.load_context(&mut context).await?;
         self.context = Some(context);
-        self.on_topic_deletion().await;
         // Brokers may have come or gone while no broker was controller.
         self.elect_after_broker_change().await?;
-        self.send_update_metadata(&[]);
+        self.send_update_metadata();
+        let all = self.partitions_of(|_| true);
+        self.send_leader_and_isr(&all, false);
+        self.on_topic_deletion().await;
         Ok(())
     }
 
@@ -205,11 +214,72 @@ impl<Z: ZkClient> KafkaController<Z> {
             return Ok(());
         }
         let brokers = self.zk.get_all_brokers_in_cluster(true).await?;
-        self.context_mut().set_live_brokers(brokers);
-        info!(live = ?self.context_mut().live_broker_ids(), "live brokers changed");
+        let before = self.context_mut().live_brokers.clone();
+        let context = self.context_mut();
+        context.set_live_brokers(brokers);
+        // New, or back with a new registration (Kafka's bounced brokers).
+        let joined: Vec<i32> = context
+            .live_brokers
+            .iter()
+            .filter(|(id, live)| before.get(id).is_none_or(|was| was.epoch != live.epoch))
+            .map(|(id, _)| *id)
+            .collect();
+        info!(live = ?context.live_broker_ids(), ?joined, "live brokers changed");
         self.elect_after_broker_change().await?;
-        self.send_update_metadata(&[]);
+        self.send_update_metadata();
+        let theirs = self.partitions_of(|replicas| replicas.iter().any(|id| joined.contains(id)));
+        self.send_leader_and_isr(&theirs, false);
+        let deleting: Vec<String> = self
+            .context_mut()
+            .topics_being_deleted
+            .keys()
+            .cloned()
+            .collect();
+        self.send_stop_replica_deletions(&deleting, &joined);
         Ok(())
+    }
+
+    /// Every partition (topic and index) of the topics not being deleted
+    /// whose replicas satisfy `include`.
+    fn partitions_of(&self, include: impl Fn(&[i32]) -> bool) -> Vec<(String, usize)> {
+        let Some(context) = self.context.as_ref() else {
+            return Vec::new();
+        };
+        context
+            .topics
+            .iter()
+            .filter(|(name, _)| !context.is_being_deleted(name))
+            .flat_map(|(name, topic)| {
+                topic
+                    .assignment
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, replicas)| include(replicas))
+                    .map(|(partition, _)| (name.clone(), partition))
+            })
+            .collect()
+    }
+
+    /// LeaderAndIsr with these partitions' states to their live replicas.
+    fn send_leader_and_isr(&self, partitions: &[(String, usize)], is_new: bool) {
+        let (Some(propagation), Some(context)) = (self.propagation.as_ref(), self.context.as_ref())
+        else {
+            return;
+        };
+        let requests = broker_requests::leader_and_isr(
+            context,
+            self.broker_id,
+            &propagation.inter_broker_listener,
+            partitions
+                .iter()
+                .map(|(name, partition)| (name.as_str(), *partition)),
+            is_new,
+        );
+        for (broker, request) in requests {
+            propagation
+                .channels
+                .send(broker, BrokerRequest::LeaderAndIsr(request));
+        }
     }
 
     /// Every partition a broker's coming or going changes: dead replicas out
@@ -217,28 +287,39 @@ impl<Z: ZkClient> KafkaController<Z> {
     /// written fenced and with its version, all issued together.
     async fn elect_after_broker_change(&mut self) -> Result<(), KafkaZkError> {
         let context = self.context_mut();
+        let eligible = |id| context.is_eligible(id);
+        let changes = context.partition_changes(|replicas, state| {
+            election::after_broker_change(replicas, state.leader, &state.isr, eligible)
+        });
+        self.write_partition_states(changes).await.map(drop)
+    }
+
+    /// Writes each changed partition state (`(topic, partition, leader,
+    /// ISR)`, the leader epoch bumped) fenced and with its znode's version,
+    /// all issued together, then tells the partitions' replicas with
+    /// LeaderAndIsr. Returns the partitions written.
+    async fn write_partition_states(
+        &mut self,
+        changes: Vec<(String, usize, i32, Vec<i32>)>,
+    ) -> Result<Vec<(String, usize)>, KafkaZkError> {
+        let context = self.context_mut();
         let epoch = context.epoch;
-        let mut changes = Vec::new();
-        for (name, topic) in &context.topics {
-            for (partition, replicas) in topic.assignment.iter().enumerate() {
-                let Some(Some((state, version))) = topic.states.get(partition) else {
-                    continue;
+        let changes: Vec<_> = changes
+            .into_iter()
+            .map(|(topic, partition, leader, isr)| {
+                let (held, version) = context.topics[&topic].states[partition]
+                    .clone()
+                    .expect("only written states change");
+                let state = TopicPartitionStateZNode {
+                    leader,
+                    leader_epoch: held.leader_epoch + 1,
+                    isr,
+                    controller_epoch: epoch.epoch,
+                    leader_recovery_state: held.leader_recovery_state,
                 };
-                let is_live = |id| context.live_brokers.contains_key(&id);
-                if let Some((leader, isr)) =
-                    election::after_broker_change(replicas, state.leader, &state.isr, is_live)
-                {
-                    let state = TopicPartitionStateZNode {
-                        leader,
-                        leader_epoch: state.leader_epoch + 1,
-                        isr,
-                        controller_epoch: epoch.epoch,
-                        leader_recovery_state: state.leader_recovery_state,
-                    };
-                    changes.push((name.clone(), partition, state, *version));
-                }
-            }
-        }
+                (topic, partition, state, version)
+            })
+            .collect();
         let ops = changes
             .iter()
             .map(|(topic, partition, state, version)| Op::SetData {
@@ -248,6 +329,7 @@ impl<Z: ZkClient> KafkaController<Z> {
             })
             .collect();
         let written = self.zk.fenced_all(epoch, ops).await;
+        let mut changed = Vec::new();
         for ((topic, partition, state, _), result) in changes.into_iter().zip(written) {
             match result {
                 Ok(OpResult::SetData { stat }) => {
@@ -259,6 +341,7 @@ impl<Z: ZkClient> KafkaController<Z> {
                         "partition state changed"
                     );
                     self.topic_mut(&topic).states[partition] = Some((state, stat.version));
+                    changed.push((topic, partition));
                 }
                 Ok(other) => unreachable!("a set answered {other:?}"),
                 Err(KafkaZkError::ControllerMoved) => {
@@ -269,12 +352,65 @@ impl<Z: ZkClient> KafkaController<Z> {
                 Err(error) => tracing::warn!(topic, partition, %error, "cannot write the state"),
             }
         }
-        Ok(())
+        self.send_leader_and_isr(&changed, false);
+        Ok(changed)
     }
 
-    /// UpdateMetadata with everything the controller knows (and the
-    /// partitions of `deleted` topics, leaderless) to every live broker.
-    fn send_update_metadata(&mut self, deleted: &[(String, TopicContext)]) {
+    /// Kafka's `doControlledShutdown`: `broker` (at `broker_epoch`) is
+    /// stopping. Each replicated partition it leads gets a leader from the
+    /// rest of its ISR, and it leaves the ISR of those it follows; every
+    /// broker is told. Returns the replicated partitions it still leads.
+    pub async fn controlled_shutdown(
+        &mut self,
+        broker: i32,
+        broker_epoch: i64,
+    ) -> Result<Vec<(String, i32)>, ResponseError> {
+        let context = self.context.as_mut().ok_or(ResponseError::NotController)?;
+        let live = context
+            .live_brokers
+            .get(&broker)
+            .ok_or(ResponseError::BrokerNotAvailable)?;
+        if broker_epoch != -1 && broker_epoch < live.epoch {
+            return Err(ResponseError::StaleBrokerEpoch);
+        }
+        context.shutting_down_broker_ids.insert(broker);
+        info!(broker, "controlled shutdown");
+        let eligible = |id| context.is_eligible(id);
+        let changes = context.partition_changes(|replicas, state| {
+            if replicas.len() < 2 || !replicas.contains(&broker) {
+                return None;
+            }
+            election::on_controlled_shutdown(replicas, state.leader, &state.isr, broker, eligible)
+        });
+        let written = self.write_partition_states(changes).await;
+        if let Err(error) = written {
+            tracing::error!(%error, "cannot move the leaderships of a stopping broker");
+            return Err(ResponseError::NotController);
+        }
+        self.send_update_metadata();
+        let context = self.context.as_ref().ok_or(ResponseError::NotController)?;
+        let still_led = context
+            .topics
+            .iter()
+            .flat_map(|(name, topic)| {
+                topic
+                    .assignment
+                    .iter()
+                    .zip(&topic.states)
+                    .enumerate()
+                    .filter(move |(_, (replicas, state))| {
+                        replicas.len() > 1
+                            && state.as_ref().is_some_and(|(s, _)| s.leader == broker)
+                    })
+                    .map(move |(partition, _)| (name.clone(), partition as i32))
+            })
+            .collect();
+        Ok(still_led)
+    }
+
+    /// UpdateMetadata with everything the controller knows (the partitions
+    /// of topics being deleted leaderless) to every live broker.
+    fn send_update_metadata(&mut self) {
         let (Some(propagation), Some(context)) = (self.propagation.as_mut(), self.context.as_ref())
         else {
             return;
@@ -298,7 +434,7 @@ impl<Z: ZkClient> KafkaController<Z> {
             })
             .collect();
         propagation.channels.set_brokers(&endpoints);
-        let requests = broker_requests::update_metadata(context, self.broker_id, deleted);
+        let requests = broker_requests::update_metadata(context, self.broker_id);
         propagation.channels.send_update_metadata(requests);
     }
 
@@ -366,7 +502,7 @@ impl<Z: ZkClient> KafkaController<Z> {
         for partition in 0..assignment.partitions.len() as i32 {
             states.push(self.zk.get_topic_partition_state(name, partition).await?);
         }
-        let (config_overrides, config_version) = self.zk.get_topic_config(name).await?;
+        let (config_overrides, _) = self.zk.get_topic_config(name).await?;
         Ok(Some(TopicContext {
             id: assignment.topic_id,
             log_config: Arc::new(stored_log_config(
@@ -377,7 +513,6 @@ impl<Z: ZkClient> KafkaController<Z> {
             assignment_version,
             states,
             config_overrides,
-            config_version,
         }))
     }
 
@@ -413,6 +548,12 @@ impl<Z: ZkClient> KafkaController<Z> {
     ) -> Result<(i32, i16), ApiError> {
         validate_topic_name(&topic.name)?;
         let context = self.context()?;
+        if context.is_being_deleted(&topic.name) {
+            return Err(ApiError::new(
+                ResponseError::TopicAlreadyExists,
+                format!("Topic '{}' is marked for deletion.", topic.name),
+            ));
+        }
         if context.topics.contains_key(&topic.name) {
             return Err(ApiError::new(
                 ResponseError::TopicAlreadyExists,
@@ -486,12 +627,11 @@ impl<Z: ZkClient> KafkaController<Z> {
                 assignment_version: 0,
                 states: Vec::new(),
                 config_overrides: overrides,
-                config_version: Some(0),
                 log_config: Arc::new(log_config),
             },
         );
         self.on_new_partitions(&topic.name, 0).await?;
-        self.send_update_metadata(&[]);
+        self.send_update_metadata();
         info!(
             topic = topic.name,
             partitions, replication_factor, "created topic"
@@ -538,13 +678,25 @@ impl<Z: ZkClient> KafkaController<Z> {
                 .zip(versions)
                 .map(|((_, state), version)| Some((state, version))),
         );
+        let new: Vec<(String, usize)> = (from..context.assignment.len())
+            .map(|partition| (topic.to_owned(), partition))
+            .collect();
+        self.send_leader_and_isr(&new, true);
         Ok(())
     }
 
-    /// The topic exists under a legal name (names become znode paths).
+    /// The topic exists under a legal name (names become znode paths) and is
+    /// not being deleted.
     fn existing_topic(&self, topic: &str) -> Result<&TopicContext, ApiError> {
         validate_topic_name(topic)?;
-        self.context()?.topics.get(topic).ok_or_else(|| {
+        let context = self.context()?;
+        if context.is_being_deleted(topic) {
+            return Err(ApiError::new(
+                ResponseError::InvalidTopicException,
+                format!("topic '{topic}' is queued for deletion"),
+            ));
+        }
+        context.topics.get(topic).ok_or_else(|| {
             ApiError::new(
                 ResponseError::UnknownTopicOrPartition,
                 format!("topic '{topic}' does not exist"),
@@ -557,7 +709,13 @@ impl<Z: ZkClient> KafkaController<Z> {
     pub async fn delete_topics(&mut self, names: &[String]) -> Vec<Result<(), ApiError>> {
         let mut results = Vec::with_capacity(names.len());
         for name in names {
+            let already_marked = self
+                .context
+                .as_ref()
+                .is_some_and(|c| c.is_being_deleted(name));
             let marked = match self.existing_topic(name) {
+                // Kafka answers a second deletion as the first.
+                _ if already_marked => Ok(()),
                 Ok(_) => self
                     .zk
                     .create_delete_topic_path(name)
@@ -659,60 +817,82 @@ impl<Z: ZkClient> KafkaController<Z> {
         context.assignment = assignment.partitions;
         context.assignment_version = version + 1;
         self.on_new_partitions(topic, current).await?;
-        self.send_update_metadata(&[]);
+        self.send_update_metadata();
         info!(topic, partitions = count, "added partitions");
         Ok(())
     }
 
-    /// Applies config changes to a topic (AlterConfigs replaces all overrides;
-    /// IncrementalAlterConfigs applies each operation).
-    pub async fn alter_topic_config(
-        &mut self,
-        topic: &str,
-        changes: &[(String, ConfigOp, Option<String>)],
-        replace_all: bool,
-        validate_only: bool,
-    ) -> Result<(), ApiError> {
-        let context = self.existing_topic(topic)?;
-        let overrides = altered_overrides(
-            context.config_overrides.clone(),
-            changes,
-            replace_all,
-            &self.defaults.log_config,
-        )?;
-        if validate_only {
+    /// A topic's config changed (`/config/changes`): read it again.
+    pub async fn on_topic_config_change(&mut self, topic: &str) -> Result<(), KafkaZkError> {
+        if !self
+            .context
+            .as_ref()
+            .is_some_and(|c| c.topics.contains_key(topic))
+        {
             return Ok(());
         }
-        let version = context.config_version;
-        self.zk.set_topic_config(topic, &overrides, version).await?;
+        let (overrides, _) = self.zk.get_topic_config(topic).await?;
         let log_config = Arc::new(stored_log_config(&self.defaults.log_config, &overrides));
         let context = self.topic_mut(topic);
         context.log_config = log_config;
         context.config_overrides = overrides;
-        context.config_version = Some(version.map_or(0, |v| v + 1));
         Ok(())
     }
 
-    /// A producer id never handed out before, by this or any earlier run:
-    /// blocks of ids are claimed in `/latest_producer_id_block` with a
-    /// compare-and-set, as Kafka's ZooKeeper-mode brokers do.
+    pub fn log_defaults(&self) -> &LogConfig {
+        &self.defaults.log_config
+    }
+
+    /// A producer id never handed out before, by this or any earlier run,
+    /// for a broker that is its own controller (single-node mode).
     pub async fn allocate_producer_id(&mut self) -> Result<i64, ApiError> {
         self.context()?;
         if self.next_producer_id > self.producer_id_block_end {
-            let (latest, version) = self.zk.get_producer_id_block().await?;
-            let start = latest.map_or(0, |block| block.block_end + 1);
-            let block = ProducerIdBlockZNode {
-                broker_id: self.broker_id,
-                block_start: start,
-                block_end: start + PRODUCER_ID_BLOCK_SIZE - 1,
-            };
-            self.zk.set_producer_id_block(&block, version).await?;
+            let block = self.claim_producer_id_block(self.broker_id).await?;
             self.next_producer_id = block.block_start;
             self.producer_id_block_end = block.block_end;
         }
         let id = self.next_producer_id;
         self.next_producer_id += 1;
         Ok(id)
+    }
+
+    /// AllocateProducerIds from `broker` at `broker_epoch`: the first id and
+    /// length of a block no broker had before.
+    pub async fn allocate_producer_ids(
+        &mut self,
+        broker: i32,
+        broker_epoch: i64,
+    ) -> Result<(i64, i32), ResponseError> {
+        let context = self.context().map_err(|error| error.error)?;
+        match context.live_brokers.get(&broker) {
+            None => return Err(ResponseError::BrokerIdNotRegistered),
+            Some(live) if live.epoch != broker_epoch => {
+                return Err(ResponseError::StaleBrokerEpoch)
+            }
+            Some(_) => {}
+        }
+        let claimed = self.claim_producer_id_block(broker).await;
+        self.resign_if_moved(&claimed);
+        let block = claimed.map_err(|error| error.error)?;
+        Ok((block.block_start, PRODUCER_ID_BLOCK_SIZE as i32))
+    }
+
+    /// Claims the block after the last one in `/latest_producer_id_block`
+    /// for `broker`, with a compare-and-set, as Kafka's ZooKeeper mode does.
+    async fn claim_producer_id_block(
+        &mut self,
+        broker: i32,
+    ) -> Result<ProducerIdBlockZNode, ApiError> {
+        let (latest, version) = self.zk.get_producer_id_block().await?;
+        let start = latest.map_or(0, |block| block.block_end + 1);
+        let block = ProducerIdBlockZNode {
+            broker_id: broker,
+            block_start: start,
+            block_end: start + PRODUCER_ID_BLOCK_SIZE - 1,
+        };
+        self.zk.set_producer_id_block(&block, version).await?;
+        Ok(block)
     }
 
     /// The image of what the controller knows; None while it is not the

@@ -126,18 +126,26 @@ fn topics_are_created_altered_grown_and_deleted_in_kafkas_layout() {
                 ResponseError::InvalidReplicaAssignment
             );
         }
+        let defaults = LogConfig::default();
         assert_eq!(
             partitions_refused(
-                c.alter_topic_config("orders/partitions", &[], false, false)
-                    .await
+                alter_topic_config(&c.zk, &defaults, "orders/partitions", &[], false, false).await
             ),
             ResponseError::InvalidTopicException,
             "names become znode paths: never a path"
         );
         let retention = [("retention.ms".into(), ConfigOp::Set, Some("1000".into()))];
-        c.alter_topic_config("orders", &retention, false, false)
+        alter_topic_config(&c.zk, &defaults, "orders", &retention, false, false)
             .await
             .unwrap();
+        // Every broker reads it again on the notification.
+        let changes = c.zk.get_config_changes(false).await.unwrap();
+        assert_eq!(changes, ["config_change_0000000000"]);
+        assert_eq!(
+            c.zk.get_config_change(&changes[0]).await.unwrap(),
+            "topics/orders"
+        );
+        c.on_topic_config_change("orders").await.unwrap();
         let image = c.build_image(1).unwrap();
         let orders = image.topic("orders").unwrap();
         assert_eq!(orders.partitions.len(), 5);

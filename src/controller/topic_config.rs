@@ -6,7 +6,10 @@ use std::collections::BTreeMap;
 
 use shards::log::{LogConfig, TOPIC_CONFIG_NAMES};
 
+use super::replica_assignment::validate_topic_name;
 use crate::config::definitions::{kafka_config_defs, list_items, ConfigType};
+use crate::metadata::kafka_zk_client::KafkaZkClient;
+use crate::metadata::zk_client::{ZkClient, ZkError};
 use crate::protocol::{ApiError, ResponseError};
 
 /// How a config alteration applies (IncrementalAlterConfigs' operations).
@@ -49,6 +52,48 @@ pub fn altered_overrides(
     }
     log_config_with(defaults, &overrides)?;
     Ok(overrides)
+}
+
+/// Read-modify-write rounds before a config change gives up on writers
+/// racing it.
+const CONFIG_WRITE_ATTEMPTS: u32 = 5;
+
+/// Kafka's `AdminZkClient.changeTopicConfig`, which any broker runs for
+/// AlterConfigs and IncrementalAlterConfigs: the topic's overrides in
+/// `/config/topics/<t>` altered (compare-and-set on the version read), then a
+/// `/config/changes` notification so every broker reads them again.
+pub async fn alter_topic_config<Z: ZkClient>(
+    zk: &KafkaZkClient<Z>,
+    defaults: &LogConfig,
+    topic: &str,
+    changes: &[(String, ConfigOp, Option<String>)],
+    replace_all: bool,
+    validate_only: bool,
+) -> Result<(), ApiError> {
+    validate_topic_name(topic)?;
+    if zk.get_topic(topic).await?.is_none() {
+        return Err(ApiError::new(
+            ResponseError::UnknownTopicOrPartition,
+            format!("topic '{topic}' does not exist"),
+        ));
+    }
+    // Another broker's change between the read and the write: read again.
+    let mut attempts_left = CONFIG_WRITE_ATTEMPTS;
+    loop {
+        let (current, version) = zk.get_topic_config(topic).await?;
+        let overrides = altered_overrides(current, changes, replace_all, defaults)?;
+        if validate_only {
+            return Ok(());
+        }
+        attempts_left -= 1;
+        match zk.set_topic_config(topic, &overrides, version).await {
+            Err(ZkError::BadVersion(_) | ZkError::NodeExists(_)) if attempts_left > 0 => continue,
+            written => break written?,
+        }
+    }
+    zk.create_config_change_notification(&format!("topics/{topic}"))
+        .await?;
+    Ok(())
 }
 
 /// The log config of overrides read back from the store: checked when they

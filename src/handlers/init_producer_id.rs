@@ -19,7 +19,7 @@ pub async fn handle(
     }
     // Without a transactional id, Kafka ignores any id and epoch the producer
     // names (KIP-360 bumps need a transaction coordinator) and hands out a new id.
-    match ctx.broker.control.allocate_producer_id().await {
+    match ctx.broker.allocate_producer_id().await {
         Ok(id) => response
             .with_error_code(0)
             .with_producer_id(ProducerId(id))

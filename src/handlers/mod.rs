@@ -3,8 +3,10 @@
 //! the raw API key, so an API the kafka-protocol crate does not know (the
 //! controller's requests to brokers) can be served with a codec of our own.
 
+mod allocate_producer_ids;
 mod alter_configs;
 mod api_versions;
+mod controlled_shutdown;
 mod create_partitions;
 mod create_topics;
 mod delete_groups;
@@ -19,6 +21,7 @@ mod find_coordinator;
 mod heartbeat;
 mod init_producer_id;
 mod join_group;
+mod leader_and_isr;
 mod leave_group;
 mod list_groups;
 mod list_offsets;
@@ -28,6 +31,7 @@ mod offset_delete;
 mod offset_fetch;
 mod produce;
 mod sasl_handshake;
+mod stop_replica;
 mod sync_group;
 mod update_metadata;
 
@@ -118,6 +122,20 @@ macro_rules! api {
     };
 }
 
+/// A controller API (`inter_broker::ControlApi`, kafka-protocol 0.15.1's
+/// codecs), served by `$handler` as `api!` serves the others.
+macro_rules! control_api {
+    ($api:path, $handler:path) => {
+        Api {
+            key: $api.key,
+            min_version: $api.min_version,
+            max_version: $api.max_version,
+            request_header_version: |version| $api.request_header_version(version),
+            serve: |ctx, body, version| Box::pin(serve_control(ctx, body, version, $api, $handler)),
+        }
+    };
+}
+
 impl ApiTable {
     /// What every listener serves to clients.
     pub fn client() -> Self {
@@ -162,14 +180,16 @@ impl ApiTable {
     /// requests to brokers, as Kafka 3.9 serves them.
     pub fn inter_broker() -> Self {
         let mut apis = Self::client().apis;
-        let (min_version, max_version) = inter_broker::UPDATE_METADATA_VERSIONS;
-        apis.push(Api {
-            key: inter_broker::UPDATE_METADATA,
-            min_version,
-            max_version,
-            request_header_version: inter_broker::update_metadata_request_header_version,
-            serve: |ctx, body, version| Box::pin(update_metadata::serve(ctx, body, version)),
-        });
+        apis.extend([
+            api!(AllocateProducerIds, 0, 0, allocate_producer_ids::handle),
+            control_api!(inter_broker::LEADER_AND_ISR, leader_and_isr::handle),
+            control_api!(inter_broker::STOP_REPLICA, stop_replica::handle),
+            control_api!(inter_broker::UPDATE_METADATA, update_metadata::handle),
+            control_api!(
+                inter_broker::CONTROLLED_SHUTDOWN,
+                controlled_shutdown::handle
+            ),
+        ]);
         Self::new(apis)
     }
 
@@ -212,6 +232,29 @@ where
     let response = handler(ctx, request, version).await;
     count_errors(ctx, key, &response);
     respond(key, version, ctx.header.correlation_id, &response)
+}
+
+/// `serve` for a controller API, with its own codecs.
+async fn serve_control<'a, Request, Response, Serving>(
+    ctx: &'a RequestContext,
+    mut body: Bytes,
+    version: i16,
+    api: inter_broker::ControlApi,
+    handler: fn(&'a RequestContext, Request, i16) -> Serving,
+) -> Result<Outcome, FrameError>
+where
+    Request: kafka_protocol_legacy::protocol::Decodable,
+    Response: kafka_protocol_legacy::protocol::Encodable + ResponseErrors,
+    Serving: Future<Output = Response> + 'a,
+{
+    let request = api
+        .decode_request(&mut body, version)
+        .map_err(FrameError::Malformed)?;
+    let response = handler(ctx, request, version).await;
+    response.for_each_error(&mut |code| ctx.broker.metrics.record_error(api.key, code));
+    api.encode_response(version, ctx.header.correlation_id, &response)
+        .map(Outcome::Respond)
+        .map_err(FrameError::Malformed)
 }
 
 /// Produce: acks=0 gets no response, as in Kafka.

@@ -5,12 +5,11 @@
 //! deleted) leaves the cache.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
-use shards::log::LogConfig;
 use uuid::Uuid;
 
 use super::image::{Broker, EndPoint, MetadataImage, PartitionImage, TopicImage};
+use super::topic_configs::TopicConfigs;
 use crate::protocol::inter_broker::{
     security_protocol_name, UpdateMetadataRequest, LEADER_DURING_DELETE,
 };
@@ -22,13 +21,6 @@ struct CachedTopic {
     partitions: BTreeMap<i32, PartitionImage>,
 }
 
-/// A topic's config as this broker read it from `/config/topics/<t>`.
-#[derive(Debug, Clone)]
-pub struct TopicConfig {
-    pub overrides: BTreeMap<String, String>,
-    pub log_config: Arc<LogConfig>,
-}
-
 #[derive(Debug, Clone)]
 pub struct MetadataCache {
     cluster_id: String,
@@ -36,7 +28,6 @@ pub struct MetadataCache {
     controller_epoch: i32,
     brokers: BTreeMap<i32, Broker>,
     topics: BTreeMap<String, CachedTopic>,
-    configs: BTreeMap<String, TopicConfig>,
 }
 
 impl MetadataCache {
@@ -47,12 +38,10 @@ impl MetadataCache {
             controller_epoch: -1,
             brokers: BTreeMap::new(),
             topics: BTreeMap::new(),
-            configs: BTreeMap::new(),
         }
     }
 
-    /// Applies an UpdateMetadata for this broker at `broker_epoch`. Returns
-    /// the topics new to the cache, whose configs the caller reads; refuses,
+    /// Applies an UpdateMetadata for this broker at `broker_epoch`; refuses,
     /// as Kafka does, a request from an older controller
     /// (STALE_CONTROLLER_EPOCH) or for an older registration of this broker
     /// (STALE_BROKER_EPOCH).
@@ -60,7 +49,7 @@ impl MetadataCache {
         &mut self,
         request: &UpdateMetadataRequest,
         broker_epoch: i64,
-    ) -> Result<Vec<String>, ResponseError> {
+    ) -> Result<(), ResponseError> {
         if request.controller_epoch < self.controller_epoch {
             return Err(ResponseError::StaleControllerEpoch);
         }
@@ -90,7 +79,6 @@ impl MetadataCache {
                 (id, Broker { id, endpoints })
             })
             .collect();
-        let mut new_topics = Vec::new();
         // v0-4 list partitions ungrouped; v5+ by topic, with topic ids from v7.
         let grouped = request.topic_states.iter().flat_map(|topic| {
             topic
@@ -109,17 +97,13 @@ impl MetadataCache {
                     topic.partitions.remove(&state.partition_index);
                     if topic.partitions.is_empty() {
                         self.topics.remove(&name);
-                        self.configs.remove(&name);
                     }
                 }
                 continue;
             }
-            let topic = self.topics.entry(name.clone()).or_insert_with(|| {
-                new_topics.push(name.clone());
-                CachedTopic {
-                    id: id.unwrap_or_else(Uuid::nil),
-                    partitions: BTreeMap::new(),
-                }
+            let topic = self.topics.entry(name).or_insert_with(|| CachedTopic {
+                id: id.unwrap_or_else(Uuid::nil),
+                partitions: BTreeMap::new(),
             });
             let ids = |ids: &[crate::protocol::inter_broker::BrokerId]| -> Vec<i32> {
                 ids.iter().map(|id| id.0).collect()
@@ -131,22 +115,19 @@ impl MetadataCache {
                     leader_epoch: state.leader_epoch,
                     replicas: ids(&state.replicas),
                     isr: ids(&state.isr),
-                    shard: None,
                 },
             );
         }
-        Ok(new_topics)
+        Ok(())
     }
 
-    pub fn set_topic_config(&mut self, topic: &str, config: TopicConfig) {
-        if self.topics.contains_key(topic) {
-            self.configs.insert(topic.to_owned(), config);
-        }
+    pub fn topic_names(&self) -> impl Iterator<Item = &String> {
+        self.topics.keys()
     }
 
-    /// The image of what the controller said, as version `version`; topics
-    /// whose config is not read yet take the broker's defaults.
-    pub fn image(&self, version: u64, defaults: &Arc<LogConfig>) -> MetadataImage {
+    /// The image of what the controller said, as version `version`, with the
+    /// topics' configs.
+    pub fn image(&self, version: u64, configs: &TopicConfigs) -> MetadataImage {
         let mut image = MetadataImage::empty();
         image.version = version;
         image.cluster_id = self.cluster_id.clone();
@@ -165,17 +146,16 @@ impl MetadataCache {
                             leader_epoch: -1,
                             replicas: Vec::new(),
                             isr: Vec::new(),
-                            shard: None,
                         })
                 })
                 .collect();
-            let config = self.configs.get(name);
+            let (config_overrides, log_config) = configs.get(name);
             image.insert_topic(TopicImage {
                 name: name.clone(),
                 id: topic.id,
                 partitions,
-                config_overrides: config.map(|c| c.overrides.clone()).unwrap_or_default(),
-                log_config: config.map_or_else(|| defaults.clone(), |c| c.log_config.clone()),
+                config_overrides,
+                log_config,
             });
         }
         image
@@ -215,17 +195,17 @@ mod tests {
 
     #[test]
     fn states_merge_deletes_leave_and_stale_requests_are_refused() {
-        let defaults = Arc::new(LogConfig::default());
+        let configs = TopicConfigs::new(Default::default());
         let mut cache = MetadataCache::new("c".into());
         assert_eq!(
             cache.update(&request(3, vec![partition(0, 1), partition(1, 2)]), 100),
-            Ok(vec!["t".to_owned()])
+            Ok(())
         );
         // A later request with one partition leaves the other as it was.
         cache
             .update(&request(3, vec![partition(1, -1)]), 100)
             .unwrap();
-        let image = cache.image(1, &defaults);
+        let image = cache.image(1, &configs);
         let leaders: Vec<i32> = image
             .topic("t")
             .unwrap()
@@ -247,6 +227,6 @@ mod tests {
         cache
             .update(&request(4, vec![partition(0, -2), partition(1, -2)]), 100)
             .unwrap();
-        assert!(cache.image(2, &defaults).topic("t").is_none());
+        assert!(cache.image(2, &configs).topic("t").is_none());
     }
 }

@@ -4,8 +4,10 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use shards::log::LogConfig;
+use shards::log::{LogConfig, TopicPartition};
 use uuid::Uuid;
+
+use crate::replication::hosted_partitions::ReplicaState;
 
 /// One advertised listener of a broker (Kafka's `EndPoint`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,8 +51,16 @@ pub struct PartitionImage {
     pub leader_epoch: i32,
     pub replicas: Vec<i32>,
     pub isr: Vec<i32>,
-    /// The shard owning this partition on this broker, when it has a replica.
-    pub shard: Option<usize>,
+}
+
+/// A replica this broker holds: the shard owning it, its state as the
+/// controller last gave it (LeaderAndIsr in ZooKeeper mode) and its topic's
+/// config.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LocalReplica {
+    pub shard: usize,
+    pub state: ReplicaState,
+    pub log_config: Arc<LogConfig>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -69,12 +79,20 @@ pub struct MetadataImage {
     pub version: u64,
     pub cluster_id: String,
     pub controller_id: i32,
+    /// This broker's registration's czxid, for its requests to the controller.
+    pub broker_epoch: i64,
     pub brokers: BTreeMap<i32, Broker>,
     pub topics: BTreeMap<String, Arc<TopicImage>>,
     pub topic_ids: HashMap<Uuid, String>,
+    /// The replicas this broker holds; a shard serves the ones placed on it.
+    pub local_replicas: BTreeMap<TopicPartition, LocalReplica>,
+    /// Logs StopReplica deleted since the previous image, opened or only on
+    /// disk, each with the shard that deletes it.
+    pub deleted_replicas: Vec<(TopicPartition, usize)>,
     /// Every topic of the cluster is here (the controller's own view), so a
     /// local log of a topic it lacks is a deleted topic's. False before the
-    /// controller has told this broker anything: logs are kept.
+    /// controller has told this broker anything, and in ZooKeeper mode
+    /// (StopReplica deletes logs there): logs are kept.
     pub complete: bool,
 }
 
@@ -84,9 +102,12 @@ impl MetadataImage {
             version: 0,
             cluster_id: String::new(),
             controller_id: -1,
+            broker_epoch: -1,
             brokers: BTreeMap::new(),
             topics: BTreeMap::new(),
             topic_ids: HashMap::new(),
+            local_replicas: BTreeMap::new(),
+            deleted_replicas: Vec::new(),
             complete: false,
         }
     }

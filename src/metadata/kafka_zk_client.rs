@@ -10,9 +10,9 @@ use futures_util::future::join_all;
 
 use super::zk_client::{CreateMode, MultiError, Op, OpResult, ZkClient, ZkError};
 use super::znodes::{
-    BrokerIdZNode, BrokerIdsZNode, ClusterIdZNode, ConfigEntityZNode, ControllerEpochZNode,
-    ControllerZNode, DecodeError, DeleteTopicsZNode, FeatureZNode, ProducerIdBlockZNode,
-    TopicPartitionStateZNode, TopicZNode, TopicsZNode, PERSISTENT_ZK_PATHS,
+    BrokerIdZNode, BrokerIdsZNode, ClusterIdZNode, ConfigChangeZNode, ConfigEntityZNode,
+    ControllerEpochZNode, ControllerZNode, DecodeError, DeleteTopicsZNode, FeatureZNode,
+    ProducerIdBlockZNode, TopicPartitionStateZNode, TopicZNode, TopicsZNode, PERSISTENT_ZK_PATHS,
 };
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -513,6 +513,40 @@ impl<Z: ZkClient> KafkaZkClient<Z> {
                 .map(|_| ())?,
         }
         Ok(())
+    }
+
+    /// Announces that `entity_path`'s config changed (`topics/<t>`), for
+    /// every broker's watch on `/config/changes`.
+    pub async fn create_config_change_notification(
+        &self,
+        entity_path: &str,
+    ) -> Result<(), ZkError> {
+        self.create_recursive(
+            &ConfigChangeZNode::path_prefix(),
+            &ConfigChangeZNode::encode(entity_path),
+            CreateMode::PersistentSequential,
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// The config change notifications, named by sequence; with `watch`,
+    /// the next one is an event.
+    pub async fn get_config_changes(&self, watch: bool) -> Result<Vec<String>, ZkError> {
+        if watch {
+            self.zk
+                .get_children_and_watch(ConfigChangeZNode::PATH)
+                .await
+        } else {
+            self.zk.get_children(ConfigChangeZNode::PATH).await
+        }
+    }
+
+    /// The entity path of one notification (a child of `/config/changes`).
+    pub async fn get_config_change(&self, child: &str) -> Result<String, KafkaZkError> {
+        let path = format!("{}/{child}", ConfigChangeZNode::PATH);
+        let (data, _) = self.zk.get_data(&path).await?;
+        Ok(ConfigChangeZNode::decode(&data)?)
     }
 
     /// Marks a topic for deletion, as the DeleteTopics handler does.

@@ -6,6 +6,7 @@ pub mod cache;
 pub mod image;
 pub mod kafka_zk_client;
 pub mod store;
+pub mod topic_configs;
 pub mod zk_client;
 pub mod znodes;
 pub mod zookeeper;

@@ -336,6 +336,45 @@ impl ControllerEpochZNode {
     }
 }
 
+/// `/config/changes/config_change_<seq>`: an entity's config changed
+/// (Kafka's ConfigEntityChangeNotificationSequenceZNode), version 2 with the
+/// entity's path under `/config` (`topics/<t>`). Every broker watches them.
+pub struct ConfigChangeZNode;
+
+impl ConfigChangeZNode {
+    pub const PATH: &'static str = "/config/changes";
+    pub const PREFIX: &'static str = "config_change_";
+
+    /// The path a sequential create appends the sequence number to.
+    pub fn path_prefix() -> String {
+        format!("{}/{}", Self::PATH, Self::PREFIX)
+    }
+
+    pub fn encode(entity_path: &str) -> Vec<u8> {
+        json!({"version": 2, "entity_path": entity_path})
+            .to_string()
+            .into_bytes()
+    }
+
+    pub fn decode(data: &[u8]) -> Result<String, DecodeError> {
+        let path = Self::PATH;
+        json_of(path, data)?["entity_path"]
+            .as_str()
+            .map(str::to_owned)
+            .ok_or_else(|| missing(path, "entity_path"))
+    }
+
+    /// A notification's sequence number, from its name.
+    pub fn sequence(child: &str) -> Option<u64> {
+        child.strip_prefix(Self::PREFIX)?.parse().ok()
+    }
+
+    /// The topic a notification's entity path names, if it is a topic's.
+    pub fn topic(entity_path: &str) -> Option<&str> {
+        entity_path.strip_prefix("topics/")
+    }
+}
+
 /// `/config/topics/<t>`: a topic's config overrides, version 1.
 pub struct ConfigEntityZNode;
 
@@ -446,6 +485,26 @@ impl ProducerIdBlockZNode {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn config_change_notifications_are_kafkas() {
+        let data = ConfigChangeZNode::encode("topics/t1");
+        assert_eq!(
+            serde_json::from_slice::<serde_json::Value>(&data).unwrap(),
+            serde_json::json!({"version": 2, "entity_path": "topics/t1"})
+        );
+        assert_eq!(ConfigChangeZNode::decode(&data).unwrap(), "topics/t1");
+        assert_eq!(
+            ConfigChangeZNode::sequence("config_change_0000000012"),
+            Some(12)
+        );
+        assert_eq!(ConfigChangeZNode::topic("topics/t1"), Some("t1"));
+        assert_eq!(ConfigChangeZNode::topic("clients/c1"), None);
+        assert_eq!(
+            ConfigChangeZNode::path_prefix(),
+            "/config/changes/config_change_"
+        );
+    }
+
     use super::*;
 
     fn endpoint(name: &str, host: &str, port: u16) -> EndPoint {

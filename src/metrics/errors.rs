@@ -29,6 +29,7 @@ top_level_error!(
     SyncGroupResponse,
     ListGroupsResponse,
     DescribeClusterResponse,
+    AllocateProducerIdsResponse,
 );
 
 /// Responses with one code per entry of a list.
@@ -175,5 +176,40 @@ mod tests {
             codes(&FindCoordinatorResponse::default().with_error_code(16)),
             [16]
         );
+    }
+}
+
+/// The controller's requests' responses (kafka-protocol 0.15.1's types).
+mod control {
+    use super::ResponseErrors;
+    use crate::protocol::inter_broker::{
+        ControlledShutdownResponse, LeaderAndIsrResponse, StopReplicaResponse,
+        UpdateMetadataResponse,
+    };
+
+    top_level_error!(UpdateMetadataResponse, ControlledShutdownResponse);
+
+    impl ResponseErrors for LeaderAndIsrResponse {
+        fn for_each_error(&self, count: &mut dyn FnMut(i16)) {
+            count(self.error_code);
+            self.partition_errors
+                .iter()
+                .for_each(|p| count(p.error_code));
+            for topic in &self.topics {
+                topic
+                    .partition_errors
+                    .iter()
+                    .for_each(|p| count(p.error_code));
+            }
+        }
+    }
+
+    impl ResponseErrors for StopReplicaResponse {
+        fn for_each_error(&self, count: &mut dyn FnMut(i16)) {
+            count(self.error_code);
+            self.partition_errors
+                .iter()
+                .for_each(|p| count(p.error_code));
+        }
     }
 }

@@ -4,6 +4,8 @@
 //! (it mutes a channel while a request is in flight), so pipelined requests are
 //! answered in order and each connection has one request in flight.
 
+pub mod broker_connection;
+
 use std::cell::Cell;
 use std::io;
 use std::net::SocketAddr;

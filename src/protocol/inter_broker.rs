@@ -1,32 +1,91 @@
-//! The controller's requests to brokers, in Kafka 3.9's wire format. The
-//! kafka-protocol crate dropped LeaderAndIsr, StopReplica, UpdateMetadata and
-//! ControlledShutdown at 0.16; their codecs are 0.15.1's, generated from
-//! Kafka 3.9's schemas (`kafka-protocol-legacy` in Cargo.toml). Frames are
-//! laid out here, since 0.18's `ApiKey` does not know these keys.
+//! The controller's requests to brokers and a broker's to the controller, in
+//! Kafka 3.9's wire format. The kafka-protocol crate dropped LeaderAndIsr,
+//! StopReplica, UpdateMetadata and ControlledShutdown at 0.16; their codecs
+//! are 0.15.1's, generated from Kafka 3.9's schemas (`kafka-protocol-legacy`
+//! in Cargo.toml). Frames are laid out here, since 0.18's `ApiKey` does not
+//! know these keys.
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+pub use kafka_protocol_legacy::messages::controlled_shutdown_response::RemainingPartition;
+pub use kafka_protocol_legacy::messages::leader_and_isr_request::{
+    LeaderAndIsrLiveLeader, LeaderAndIsrPartitionState, LeaderAndIsrTopicState,
+};
+pub use kafka_protocol_legacy::messages::leader_and_isr_response::{
+    LeaderAndIsrPartitionError, LeaderAndIsrTopicError,
+};
+pub use kafka_protocol_legacy::messages::stop_replica_request::{
+    StopReplicaPartitionState, StopReplicaTopicState,
+};
+pub use kafka_protocol_legacy::messages::stop_replica_response::StopReplicaPartitionError;
 pub use kafka_protocol_legacy::messages::update_metadata_request::{
     UpdateMetadataBroker, UpdateMetadataEndpoint, UpdateMetadataPartitionState,
     UpdateMetadataTopicState,
 };
 pub use kafka_protocol_legacy::messages::{
-    BrokerId, TopicName, UpdateMetadataRequest, UpdateMetadataResponse,
+    BrokerId, ControlledShutdownRequest, ControlledShutdownResponse, LeaderAndIsrRequest,
+    LeaderAndIsrResponse, StopReplicaRequest, StopReplicaResponse, TopicName,
+    UpdateMetadataRequest, UpdateMetadataResponse,
 };
 pub use kafka_protocol_legacy::protocol::StrBytes;
 use kafka_protocol_legacy::protocol::{Decodable, Encodable};
 
+use crate::network::broker_connection::BrokerConnection;
+
 /// The leader Kafka sends for a partition of a topic being deleted
 /// (`LeaderAndIsr.LeaderDuringDelete`): brokers drop it from their cache.
 pub const LEADER_DURING_DELETE: i32 = -2;
+/// The leader epoch StopReplica carries for a topic's deletion
+/// (`LeaderAndIsr.EpochDuringDelete`).
+pub const EPOCH_DURING_DELETE: i32 = -2;
+/// StopReplica's leader epoch when the controller has none (`NoEpoch`).
+pub const NO_EPOCH: i32 = -1;
 
-/// Kafka's keys of the controller's requests.
-pub const UPDATE_METADATA: i16 = 6;
-/// What a Kafka 3.9 controller sends (IBP 3.9).
-pub const UPDATE_METADATA_VERSION: i16 = 8;
-/// What Kafka 3.9 serves.
-pub const UPDATE_METADATA_VERSIONS: (i16, i16) = (0, 8);
-/// UpdateMetadata is flexible (tagged fields, compact strings) from v6.
-const UPDATE_METADATA_FLEXIBLE_FROM: i16 = 6;
+/// One of the inter-broker APIs Kafka 3.9 has and 0.18's `ApiKey` lacks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ControlApi {
+    pub name: &'static str,
+    pub key: i16,
+    /// What a Kafka 3.9 broker sends (IBP 3.9).
+    pub sent_version: i16,
+    /// What Kafka 3.9 serves.
+    pub min_version: i16,
+    pub max_version: i16,
+    /// Tagged fields and compact strings from this version.
+    flexible_from: i16,
+}
+
+pub const LEADER_AND_ISR: ControlApi = ControlApi {
+    name: "LeaderAndIsr",
+    key: 4,
+    sent_version: 7,
+    min_version: 0,
+    max_version: 7,
+    flexible_from: 4,
+};
+pub const STOP_REPLICA: ControlApi = ControlApi {
+    name: "StopReplica",
+    key: 5,
+    sent_version: 4,
+    min_version: 0,
+    max_version: 4,
+    flexible_from: 2,
+};
+pub const UPDATE_METADATA: ControlApi = ControlApi {
+    name: "UpdateMetadata",
+    key: 6,
+    sent_version: 8,
+    min_version: 0,
+    max_version: 8,
+    flexible_from: 6,
+};
+pub const CONTROLLED_SHUTDOWN: ControlApi = ControlApi {
+    name: "ControlledShutdown",
+    key: 7,
+    sent_version: 3,
+    min_version: 0,
+    max_version: 3,
+    flexible_from: 3,
+};
 
 /// Kafka's `SecurityProtocol` ids, as UpdateMetadata's endpoints carry them.
 pub fn security_protocol_id(name: &str) -> i16 {
@@ -49,127 +108,135 @@ pub fn security_protocol_name(id: i16) -> Option<&'static str> {
     })
 }
 
-/// UpdateMetadata's request header version at `version` (2 when flexible).
-pub fn update_metadata_request_header_version(version: i16) -> i16 {
-    if version >= UPDATE_METADATA_FLEXIBLE_FROM {
-        2
-    } else {
-        1
+impl ControlApi {
+    fn flexible(&self, version: i16) -> bool {
+        version >= self.flexible_from
     }
-}
 
-fn response_header_version(version: i16) -> i16 {
-    if version >= UPDATE_METADATA_FLEXIBLE_FROM {
-        1
-    } else {
-        0
+    /// The request header version at `version`: 2 when flexible, else 1;
+    /// ControlledShutdown v0's header has no client id (v0).
+    pub fn request_header_version(&self, version: i16) -> i16 {
+        match (self.flexible(version), self.key, version) {
+            (true, _, _) => 2,
+            (false, 7, 0) => 0,
+            (false, _, _) => 1,
+        }
     }
-}
 
-fn codec_error(what: &str, error: impl std::fmt::Display) -> String {
-    format!("{what}: {error}")
-}
-
-pub fn decode_update_metadata(
-    body: &mut Bytes,
-    version: i16,
-) -> Result<UpdateMetadataRequest, String> {
-    UpdateMetadataRequest::decode(body, version).map_err(|e| codec_error("UpdateMetadata", e))
-}
-
-/// A whole UpdateMetadata response frame.
-pub fn encode_update_metadata_response(
-    version: i16,
-    correlation_id: i32,
-    response: &UpdateMetadataResponse,
-) -> Result<Bytes, String> {
-    let flexible_header = response_header_version(version) >= 1;
-    let body_size = response
-        .compute_size(version)
-        .map_err(|e| codec_error("UpdateMetadata response", e))?;
-    let size = 4 + usize::from(flexible_header) + body_size;
-    let mut frame = BytesMut::with_capacity(4 + size);
-    frame.put_i32(size as i32);
-    frame.put_i32(correlation_id);
-    if flexible_header {
-        frame.put_u8(0); // no tagged fields
+    fn error(&self, what: &str, error: impl std::fmt::Display) -> String {
+        format!("{} {what}: {error}", self.name)
     }
-    response
-        .encode(&mut frame, version)
-        .map_err(|e| codec_error("UpdateMetadata response", e))?;
-    Ok(frame.freeze())
-}
 
-/// A whole UpdateMetadata request frame from the controller (`client_id`).
-pub fn encode_update_metadata_request(
-    correlation_id: i32,
-    client_id: &str,
-    request: &UpdateMetadataRequest,
-) -> Result<Bytes, String> {
-    let version = UPDATE_METADATA_VERSION;
-    let body_size = request
-        .compute_size(version)
-        .map_err(|e| codec_error("UpdateMetadata", e))?;
-    // Header v2: key, version, correlation id, nullable string client id, tagged fields.
-    let header_size = 2 + 2 + 4 + 2 + client_id.len() + 1;
-    let mut frame = BytesMut::with_capacity(4 + header_size + body_size);
-    frame.put_i32((header_size + body_size) as i32);
-    frame.put_i16(UPDATE_METADATA);
-    frame.put_i16(version);
-    frame.put_i32(correlation_id);
-    frame.put_i16(client_id.len() as i16);
-    frame.put_slice(client_id.as_bytes());
-    frame.put_u8(0);
-    request
-        .encode(&mut frame, version)
-        .map_err(|e| codec_error("UpdateMetadata", e))?;
-    Ok(frame.freeze())
-}
+    pub fn decode_request<R: Decodable>(
+        &self,
+        body: &mut Bytes,
+        version: i16,
+    ) -> Result<R, String> {
+        R::decode(body, version).map_err(|e| self.error("request", e))
+    }
 
-/// The correlation id and body of an UpdateMetadata response frame (after
-/// its length).
-pub fn decode_update_metadata_response(
-    mut frame: Bytes,
-) -> Result<(i32, UpdateMetadataResponse), String> {
-    use bytes::Buf;
-    if frame.len() < 5 {
-        return Err(format!("{}-byte UpdateMetadata response", frame.len()));
+    /// A whole response frame at `version`.
+    pub fn encode_response<R: Encodable>(
+        &self,
+        version: i16,
+        correlation_id: i32,
+        response: &R,
+    ) -> Result<Bytes, String> {
+        let flexible = self.flexible(version);
+        let body_size = response
+            .compute_size(version)
+            .map_err(|e| self.error("response", e))?;
+        let size = 4 + usize::from(flexible) + body_size;
+        let mut frame = BytesMut::with_capacity(4 + size);
+        frame.put_i32(size as i32);
+        frame.put_i32(correlation_id);
+        if flexible {
+            frame.put_u8(0); // no tagged fields
+        }
+        response
+            .encode(&mut frame, version)
+            .map_err(|e| self.error("response", e))?;
+        Ok(frame.freeze())
     }
-    let correlation_id = frame.get_i32();
-    let tagged_fields = frame.get_u8();
-    if tagged_fields != 0 {
-        return Err("tagged fields in an UpdateMetadata response header".into());
+
+    /// A whole request frame at the version Kafka 3.9 sends, from `client_id`.
+    pub fn encode_request<R: Encodable>(
+        &self,
+        correlation_id: i32,
+        client_id: &str,
+        request: &R,
+    ) -> Result<Bytes, String> {
+        let version = self.sent_version;
+        assert!(self.flexible(version), "Kafka 3.9 sends flexible versions");
+        let body_size = request
+            .compute_size(version)
+            .map_err(|e| self.error("request", e))?;
+        // Header v2: key, version, correlation id, nullable string client id, tagged fields.
+        let header_size = 2 + 2 + 4 + 2 + client_id.len() + 1;
+        let mut frame = BytesMut::with_capacity(4 + header_size + body_size);
+        frame.put_i32((header_size + body_size) as i32);
+        frame.put_i16(self.key);
+        frame.put_i16(version);
+        frame.put_i32(correlation_id);
+        frame.put_i16(client_id.len() as i16);
+        frame.put_slice(client_id.as_bytes());
+        frame.put_u8(0);
+        request
+            .encode(&mut frame, version)
+            .map_err(|e| self.error("request", e))?;
+        Ok(frame.freeze())
     }
-    let response = UpdateMetadataResponse::decode(&mut frame, UPDATE_METADATA_VERSION)
-        .map_err(|e| codec_error("UpdateMetadata response", e))?;
-    Ok((correlation_id, response))
+
+    /// Sends `request` on `connection` and reads its answer.
+    pub async fn call<Request: Encodable, Response: Decodable>(
+        &self,
+        connection: &mut BrokerConnection,
+        client_id: &str,
+        request: &Request,
+    ) -> Result<Response, String> {
+        let correlation_id = connection.next_correlation_id();
+        let frame = self.encode_request(correlation_id, client_id, request)?;
+        let (answered, response) = self.decode_response(connection.exchange(&frame).await?)?;
+        if answered != correlation_id {
+            return Err(self.error(
+                "response",
+                format!("answers {answered}, expected {correlation_id}"),
+            ));
+        }
+        Ok(response)
+    }
+
+    /// The correlation id and body of a response frame (after its length) to
+    /// a request this broker sent.
+    pub fn decode_response<R: Decodable>(&self, mut frame: Bytes) -> Result<(i32, R), String> {
+        if frame.len() < 5 {
+            return Err(self.error("response", format!("{} bytes", frame.len())));
+        }
+        let correlation_id = frame.get_i32();
+        if frame.get_u8() != 0 {
+            return Err(self.error("response", "tagged fields in the header"));
+        }
+        let response =
+            R::decode(&mut frame, self.sent_version).map_err(|e| self.error("response", e))?;
+        Ok((correlation_id, response))
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use bytes::Buf;
     use kafka_protocol::messages::RequestHeader;
     use kafka_protocol::protocol::Decodable as _;
 
     use super::*;
 
-    #[test]
-    fn update_metadata_frames_are_kafkas() {
-        let request = UpdateMetadataRequest::default()
-            .with_controller_id(BrokerId(2))
-            .with_controller_epoch(7)
-            .with_broker_epoch(1234)
-            .with_live_brokers(vec![UpdateMetadataBroker::default()
-                .with_id(BrokerId(2))
-                .with_rack(Some(StrBytes::from_static_str("r1")))
-                .with_endpoints(vec![UpdateMetadataEndpoint::default()
-                    .with_host(StrBytes::from_static_str("127.0.0.1"))
-                    .with_port(9092)
-                    .with_listener(StrBytes::from_static_str("PLAINTEXT"))
-                    .with_security_protocol(security_protocol_id("PLAINTEXT"))])]);
-        let mut frame = encode_update_metadata_request(42, "2", &request).unwrap();
+    /// Encodes `request` as the controller sends it and reads it back with
+    /// 0.18's header codec and the API's own request codec.
+    fn round_trip<R: Encodable + Decodable + PartialEq + std::fmt::Debug>(
+        api: ControlApi,
+        request: R,
+    ) {
+        let mut frame = api.encode_request(42, "2", &request).unwrap();
         assert_eq!(frame.get_i32() as usize, frame.remaining());
-        // The header is Kafka's v2, as 0.18's codec reads it.
         let header = RequestHeader::decode(&mut frame, 2).unwrap();
         assert_eq!(
             (
@@ -177,26 +244,99 @@ mod tests {
                 header.request_api_version,
                 header.correlation_id
             ),
-            (UPDATE_METADATA, UPDATE_METADATA_VERSION, 42)
+            (api.key, api.sent_version, 42)
         );
         assert_eq!(header.client_id.as_deref(), Some("2"));
-        assert_eq!(
-            decode_update_metadata(&mut frame, UPDATE_METADATA_VERSION).unwrap(),
-            request
-        );
+        assert_eq!(api.request_header_version(api.sent_version), 2);
+        let decoded: R = api.decode_request(&mut frame, api.sent_version).unwrap();
+        assert_eq!(decoded, request);
         assert!(frame.is_empty());
+    }
 
+    #[test]
+    fn the_controllers_requests_frame_as_kafkas() {
+        let name = || TopicName(StrBytes::from_static_str("t"));
+        round_trip(
+            UPDATE_METADATA,
+            UpdateMetadataRequest::default()
+                .with_controller_id(BrokerId(2))
+                .with_controller_epoch(7)
+                .with_broker_epoch(1234)
+                .with_live_brokers(vec![UpdateMetadataBroker::default()
+                    .with_id(BrokerId(2))
+                    .with_rack(Some(StrBytes::from_static_str("r1")))
+                    .with_endpoints(vec![UpdateMetadataEndpoint::default()
+                        .with_host(StrBytes::from_static_str("127.0.0.1"))
+                        .with_port(9092)
+                        .with_listener(StrBytes::from_static_str("PLAINTEXT"))
+                        .with_security_protocol(security_protocol_id("PLAINTEXT"))])]),
+        );
+        round_trip(
+            LEADER_AND_ISR,
+            LeaderAndIsrRequest::default()
+                .with_controller_id(BrokerId(2))
+                .with_controller_epoch(7)
+                .with_broker_epoch(99)
+                .with_topic_states(vec![LeaderAndIsrTopicState::default()
+                    .with_topic_name(name())
+                    .with_topic_id(uuid::Uuid::new_v4())
+                    .with_partition_states(vec![LeaderAndIsrPartitionState::default()
+                        .with_partition_index(3)
+                        .with_leader(BrokerId(1))
+                        .with_leader_epoch(4)
+                        .with_isr(vec![BrokerId(1), BrokerId(2)])
+                        .with_replicas(vec![BrokerId(1), BrokerId(2)])
+                        .with_is_new(true)])])
+                .with_live_leaders(vec![LeaderAndIsrLiveLeader::default()
+                    .with_broker_id(BrokerId(1))
+                    .with_host_name(StrBytes::from_static_str("127.0.0.1"))
+                    .with_port(9093)]),
+        );
+        round_trip(
+            STOP_REPLICA,
+            StopReplicaRequest::default()
+                .with_controller_id(BrokerId(2))
+                .with_controller_epoch(7)
+                .with_broker_epoch(99)
+                .with_topic_states(vec![StopReplicaTopicState::default()
+                    .with_topic_name(name())
+                    .with_partition_states(vec![StopReplicaPartitionState::default()
+                        .with_partition_index(0)
+                        .with_leader_epoch(EPOCH_DURING_DELETE)
+                        .with_delete_partition(true)])]),
+        );
+        round_trip(
+            CONTROLLED_SHUTDOWN,
+            ControlledShutdownRequest::default()
+                .with_broker_id(BrokerId(3))
+                .with_broker_epoch(99),
+        );
+    }
+
+    #[test]
+    fn response_frames_carry_the_header_their_version_has() {
         let response = UpdateMetadataResponse::default().with_error_code(11);
-        let mut frame = encode_update_metadata_response(8, 42, &response).unwrap();
+        let mut frame = UPDATE_METADATA.encode_response(8, 42, &response).unwrap();
         assert_eq!(frame.get_i32() as usize, frame.remaining());
         assert_eq!(
-            decode_update_metadata_response(frame).unwrap(),
+            UPDATE_METADATA.decode_response(frame).unwrap(),
             (42, response)
         );
         // Before v6 the response header has no tagged fields.
-        let old =
-            encode_update_metadata_response(5, 9, &UpdateMetadataResponse::default()).unwrap();
+        let old = UPDATE_METADATA
+            .encode_response(5, 9, &UpdateMetadataResponse::default())
+            .unwrap();
         assert_eq!(&old[..], &[0, 0, 0, 6, 0, 0, 0, 9, 0, 0]);
-        assert_eq!(update_metadata_request_header_version(5), 1);
+        assert_eq!(UPDATE_METADATA.request_header_version(5), 1);
+        assert_eq!(CONTROLLED_SHUTDOWN.request_header_version(0), 0);
+        assert_eq!(STOP_REPLICA.request_header_version(2), 2);
+        let stopped = StopReplicaResponse::default().with_partition_errors(vec![
+            StopReplicaPartitionError::default()
+                .with_topic_name(TopicName(StrBytes::from_static_str("t")))
+                .with_error_code(0),
+        ]);
+        let mut frame = STOP_REPLICA.encode_response(4, 1, &stopped).unwrap();
+        frame.advance(4);
+        assert_eq!(STOP_REPLICA.decode_response(frame).unwrap(), (1, stopped));
     }
 }

@@ -11,7 +11,9 @@ pub use fetch_response::{encode_fetch_response, FramePart, Records};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
-use kafka_protocol::protocol::{Decodable, Encodable};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+
+use crate::network::broker_connection::BrokerConnection;
 
 #[derive(Debug)]
 pub enum FrameError {
@@ -91,4 +93,47 @@ pub fn encode_response<T: Encodable>(
     body.encode(&mut frame, api_version)
         .map_err(|e| e.to_string())?;
     Ok(frame.freeze())
+}
+
+/// Sends a request on `connection` (a broker's own request to another, such
+/// as AllocateProducerIds to the controller) and reads its answer.
+pub async fn call<Request: Encodable, Response: Decodable>(
+    connection: &mut BrokerConnection,
+    api_key: ApiKey,
+    api_version: i16,
+    client_id: &str,
+    request: &Request,
+) -> Result<Response, String> {
+    let correlation_id = connection.next_correlation_id();
+    let header = RequestHeader::default()
+        .with_request_api_key(api_key as i16)
+        .with_request_api_version(api_version)
+        .with_correlation_id(correlation_id)
+        .with_client_id(Some(StrBytes::from_string(client_id.to_owned())));
+    let header_version = api_key.request_header_version(api_version);
+    let size = header
+        .compute_size(header_version)
+        .map_err(|e| e.to_string())?
+        + request
+            .compute_size(api_version)
+            .map_err(|e| e.to_string())?;
+    let mut frame = BytesMut::with_capacity(4 + size);
+    frame.put_i32(size as i32);
+    header
+        .encode(&mut frame, header_version)
+        .map_err(|e| e.to_string())?;
+    request
+        .encode(&mut frame, api_version)
+        .map_err(|e| e.to_string())?;
+    let mut answer = connection.exchange(&frame).await?;
+    let response_header =
+        ResponseHeader::decode(&mut answer, api_key.response_header_version(api_version))
+            .map_err(|e| format!("{api_key:?} response header: {e}"))?;
+    if response_header.correlation_id != correlation_id {
+        return Err(format!(
+            "{api_key:?} response answers {}, expected {correlation_id}",
+            response_header.correlation_id
+        ));
+    }
+    Response::decode(&mut answer, api_version).map_err(|e| format!("{api_key:?} response: {e}"))
 }

@@ -119,28 +119,29 @@ impl ReplicaManager {
             .count()
     }
 
-    /// Takes a new image: opens logs for partitions newly placed on this
-    /// shard, applies topic config changes and leadership, and (when the
-    /// image is complete) deletes the logs of partitions not placed here.
+    /// Takes a new image: opens the logs of replicas newly placed on this
+    /// shard and applies their config and state; a replica no longer held
+    /// stops being served, and its log is deleted when StopReplica deleted it
+    /// or the image is complete (the controller's own: a log it does not
+    /// place is a deleted topic's).
     pub async fn apply_image(&self, image: &MetadataImage) {
-        for topic in image.topics.values() {
-            let config = Rc::new((*topic.log_config).clone());
-            let topic_id = kafka_uuid_string(&topic.id);
-            for (index, placed) in topic.partitions.iter().enumerate() {
-                if placed.shard != Some(self.shard_id) {
-                    continue;
-                }
-                let tp = TopicPartition::new(topic.name.clone(), index as i32);
-                let log = match self.log_manager.get_log(&tp) {
-                    Some(log) => {
-                        if *log.config() != *config {
-                            log.update_config(config.clone());
-                        }
-                        log
+        for (tp, replica) in &image.local_replicas {
+            if replica.shard != self.shard_id {
+                continue;
+            }
+            let config = Rc::new((*replica.log_config).clone());
+            let log = match self.log_manager.get_log(tp) {
+                Some(log) => {
+                    if *log.config() != *config {
+                        log.update_config(config.clone());
                     }
-                    None => match self
+                    log
+                }
+                None => {
+                    let topic_id = kafka_uuid_string(&replica.state.topic_id);
+                    match self
                         .log_manager
-                        .get_or_create_log(&tp, config.clone(), &topic_id)
+                        .get_or_create_log(tp, config.clone(), &topic_id)
                         .await
                     {
                         Ok(log) => log,
@@ -148,36 +149,49 @@ impl ReplicaManager {
                             warn!(partition = %tp, %error, "cannot open partition log");
                             continue;
                         }
-                    },
-                };
-                let state = PartitionState {
-                    leader: placed.leader,
-                    leader_epoch: placed.leader_epoch,
-                    isr: placed.isr.clone(),
-                };
-                let known = self.partitions.borrow().get(&tp).cloned();
-                match known {
-                    Some(partition) if Rc::ptr_eq(partition.log(), &log) => {
-                        partition.update_state(state)
                     }
-                    _ => {
-                        let partition = Rc::new(Partition::new(self.local_broker_id, log, state));
-                        self.partitions.borrow_mut().insert(tp, partition);
-                    }
+                }
+            };
+            let state = PartitionState {
+                leader: replica.state.leader,
+                leader_epoch: replica.state.leader_epoch,
+                isr: replica.state.isr.clone(),
+            };
+            let known = self.partitions.borrow().get(tp).cloned();
+            match known {
+                Some(partition) if Rc::ptr_eq(partition.log(), &log) => {
+                    partition.update_state(state)
+                }
+                _ => {
+                    let partition = Rc::new(Partition::new(self.local_broker_id, log, state));
+                    self.partitions.borrow_mut().insert(tp.clone(), partition);
                 }
             }
         }
         for log in self.log_manager.logs() {
             let tp = log.topic_partition();
-            let placed_here = image
-                .partition(&tp.topic, tp.partition)
-                .is_some_and(|p| p.shard == Some(self.shard_id));
-            if !placed_here && image.complete {
+            let held_here = image
+                .local_replicas
+                .get(tp)
+                .is_some_and(|replica| replica.shard == self.shard_id);
+            if !held_here {
                 self.partitions.borrow_mut().remove(tp);
-                if let Err(error) = self.log_manager.delete_log(tp).await {
-                    warn!(partition = %tp, %error, "cannot delete partition log");
+                if image.complete {
+                    self.delete_log(tp).await;
                 }
             }
+        }
+        for (tp, shard) in &image.deleted_replicas {
+            if *shard == self.shard_id {
+                self.partitions.borrow_mut().remove(tp);
+                self.delete_log(tp).await;
+            }
+        }
+    }
+
+    async fn delete_log(&self, tp: &TopicPartition) {
+        if let Err(error) = self.log_manager.delete_log(tp).await {
+            warn!(partition = %tp, %error, "cannot delete partition log");
         }
     }
 

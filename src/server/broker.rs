@@ -17,6 +17,7 @@ use shards::runtime::ShardMesh;
 
 use super::control::ControlClient;
 use super::fetch_session::FetchSessionCache;
+use super::producer_id_manager::ProducerIdManager;
 use crate::config::BrokerConfig;
 use crate::coordinator::group::{partition_for, GroupCoordinator, GROUP_METADATA_TOPIC_NAME};
 use crate::metadata::image::MetadataImage;
@@ -36,6 +37,8 @@ pub struct ShardBroker {
     /// The groups of the `__consumer_offsets` partitions this shard leads.
     pub groups: Rc<GroupCoordinator>,
     pub metrics: ShardMetrics,
+    /// ZooKeeper mode: producer ids from blocks the controller gives.
+    producer_ids: ProducerIdManager,
 }
 
 impl ShardBroker {
@@ -70,7 +73,21 @@ impl ShardBroker {
             mesh: OnceCell::new(),
             fetch_sessions: RefCell::new(fetch_sessions),
             metrics: ShardMetrics::default(),
+            producer_ids: ProducerIdManager::default(),
         }
+    }
+
+    /// A producer id no broker of the cluster handed out before: from the
+    /// controller's blocks in ZooKeeper mode, else from this broker's own
+    /// controller.
+    pub async fn allocate_producer_id(&self) -> Result<i64, ResponseError> {
+        if self.config.zookeeper.is_some() {
+            return self.producer_ids.generate_producer_id(self).await;
+        }
+        self.control
+            .allocate_producer_id()
+            .await
+            .map_err(|error| error.error)
     }
 
     /// What this shard reports to a metrics scrape.
@@ -151,11 +168,10 @@ impl ShardBroker {
             }
         }
         for led in self.groups.led_partitions() {
-            let still_led = image
-                .partition(GROUP_METADATA_TOPIC_NAME, led)
-                .is_some_and(|p| {
-                    p.shard == Some(self.shard_id) && p.leader == self.config.broker_id
-                });
+            let tp = TopicPartition::new(GROUP_METADATA_TOPIC_NAME, led);
+            let still_led = image.local_replicas.get(&tp).is_some_and(|replica| {
+                replica.shard == self.shard_id && replica.state.leader == self.config.broker_id
+            });
             if !still_led {
                 self.groups.on_partition_gone(led);
             }
@@ -170,12 +186,13 @@ impl ShardBroker {
             .topic(GROUP_METADATA_TOPIC_NAME)
             .ok_or(ResponseError::CoordinatorNotAvailable)?;
         let partition = partition_for(group_id, topic.partitions.len() as i32);
-        let p = &topic.partitions[partition as usize];
-        if p.leader != self.config.broker_id {
-            return Err(ResponseError::NotCoordinator);
+        let tp = TopicPartition::new(GROUP_METADATA_TOPIC_NAME, partition);
+        match image.local_replicas.get(&tp) {
+            Some(replica) if replica.state.leader == self.config.broker_id => {
+                Ok((partition, replica.shard))
+            }
+            _ => Err(ResponseError::NotCoordinator),
         }
-        let shard = p.shard.ok_or(ResponseError::CoordinatorNotAvailable)?;
-        Ok((partition, shard))
     }
 
     /// Runs `work` on the shard coordinating `group_id`, with that shard's
@@ -203,13 +220,15 @@ impl ShardBroker {
     /// why there is none.
     pub fn leader_shard(&self, topic: &str, partition: i32) -> Result<usize, ResponseError> {
         let image = self.image.borrow();
-        let p = image
-            .partition(topic, partition)
-            .ok_or(ResponseError::UnknownTopicOrPartition)?;
-        if p.leader != self.config.broker_id {
-            return Err(ResponseError::NotLeaderOrFollower);
+        let tp = TopicPartition::new(topic, partition);
+        match image.local_replicas.get(&tp) {
+            Some(replica) if replica.state.leader == self.config.broker_id => Ok(replica.shard),
+            Some(_) => Err(ResponseError::NotLeaderOrFollower),
+            None if image.partition(topic, partition).is_some() => {
+                Err(ResponseError::NotLeaderOrFollower)
+            }
+            None => Err(ResponseError::UnknownTopicOrPartition),
         }
-        p.shard.ok_or(ResponseError::LeaderNotAvailable)
     }
 
     /// Appends a produced batch as leader, on the owning shard.

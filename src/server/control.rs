@@ -16,17 +16,26 @@ use shards::log::TopicPartition;
 use shards::runtime::ShardPlacement;
 use tracing::warn;
 
-use crate::controller::{stored_log_config, ConfigOp, KafkaController, NewTopic, TopicDefaults};
-use crate::metadata::cache::{MetadataCache, TopicConfig};
-use crate::metadata::image::kafka_uuid_string;
-use crate::metadata::image::MetadataImage;
+use crate::controller::{
+    alter_topic_config, ConfigOp, ControllerEvent, KafkaController, NewTopic, TopicDefaults,
+};
+use crate::metadata::cache::MetadataCache;
+use crate::metadata::image::{kafka_uuid_string, LocalReplica, MetadataImage};
 use crate::metadata::kafka_zk_client::{KafkaZkClient, KafkaZkError};
 use crate::metadata::store::EmbeddedStore;
+use crate::metadata::topic_configs::TopicConfigs;
 use crate::metadata::zk_client::{EventType, ZkClient, ZkEvent, ZkEventReceiver};
-use crate::metadata::znodes::{BrokerIdZNode, BrokerIdsZNode, ControllerZNode, DeleteTopicsZNode};
+use crate::metadata::znodes::{
+    BrokerIdZNode, BrokerIdsZNode, ConfigChangeZNode, ControllerZNode, DeleteTopicsZNode,
+};
 use crate::metadata::zookeeper::{ZooKeeperClient, ZooKeeperConfig};
-use crate::protocol::inter_broker::UpdateMetadataRequest;
+use crate::protocol::inter_broker::{
+    LeaderAndIsrRequest, StopReplicaRequest, UpdateMetadataRequest,
+};
 use crate::protocol::{ApiError, ResponseError};
+use crate::replication::hosted_partitions::{
+    HostedPartitions, PartitionErrors, ReplicaState, StopReplicaPartition,
+};
 use uuid::Uuid;
 
 /// Requests that may wait in a shard's channel to the control plane.
@@ -59,10 +68,30 @@ pub enum ControlRequest {
     AllocateProducerId {
         reply: oneshot::Sender<Result<i64, ApiError>>,
     },
+    /// To the controller: a block of producer ids for a broker.
+    AllocateProducerIds {
+        broker_id: i32,
+        broker_epoch: i64,
+        reply: oneshot::Sender<Result<(i64, i32), ResponseError>>,
+    },
+    /// To the controller: a broker is stopping (ControlledShutdown).
+    ControlledShutdown {
+        broker_id: i32,
+        broker_epoch: i64,
+        reply: oneshot::Sender<Result<Vec<(String, i32)>, ResponseError>>,
+    },
     /// From the controller, on the inter-broker listener.
     UpdateMetadata {
         request: Box<UpdateMetadataRequest>,
         reply: oneshot::Sender<Result<(), ResponseError>>,
+    },
+    LeaderAndIsr {
+        request: Box<LeaderAndIsrRequest>,
+        reply: oneshot::Sender<Result<PartitionErrors, ResponseError>>,
+    },
+    StopReplica {
+        request: Box<StopReplicaRequest>,
+        reply: oneshot::Sender<Result<PartitionErrors, ResponseError>>,
     },
 }
 
@@ -136,6 +165,14 @@ impl ControlClient {
         answer.await.map_err(|_| unavailable())
     }
 
+    /// `ask`, for a request answered with Kafka's error alone.
+    async fn ask_kafka<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<Result<T, ResponseError>>) -> ControlRequest,
+    ) -> Result<T, ResponseError> {
+        self.ask(make).await.map_err(|error| error.error)?
+    }
+
     pub async fn create_topics(
         &self,
         topics: Vec<NewTopic>,
@@ -179,12 +216,63 @@ impl ControlClient {
         &self,
         request: UpdateMetadataRequest,
     ) -> Result<(), ResponseError> {
-        self.ask(|reply| ControlRequest::UpdateMetadata {
+        self.ask_kafka(|reply| ControlRequest::UpdateMetadata {
             request: Box::new(request),
             reply,
         })
         .await
-        .map_err(|error| error.error)?
+    }
+
+    pub async fn leader_and_isr(
+        &self,
+        request: LeaderAndIsrRequest,
+    ) -> Result<PartitionErrors, ResponseError> {
+        self.ask_kafka(|reply| ControlRequest::LeaderAndIsr {
+            request: Box::new(request),
+            reply,
+        })
+        .await
+    }
+
+    pub async fn stop_replica(
+        &self,
+        request: StopReplicaRequest,
+    ) -> Result<PartitionErrors, ResponseError> {
+        self.ask_kafka(|reply| ControlRequest::StopReplica {
+            request: Box::new(request),
+            reply,
+        })
+        .await
+    }
+
+    /// Asks this broker's controller for a block of producer ids for a broker:
+    /// its first id and length.
+    pub async fn allocate_producer_ids(
+        &self,
+        broker_id: i32,
+        broker_epoch: i64,
+    ) -> Result<(i64, i32), ResponseError> {
+        self.ask_kafka(|reply| ControlRequest::AllocateProducerIds {
+            broker_id,
+            broker_epoch,
+            reply,
+        })
+        .await
+    }
+
+    /// Asks this broker's controller to move a stopping broker's leaderships;
+    /// the replicated partitions it still leads.
+    pub async fn controlled_shutdown(
+        &self,
+        broker_id: i32,
+        broker_epoch: i64,
+    ) -> Result<Vec<(String, i32)>, ResponseError> {
+        self.ask_kafka(|reply| ControlRequest::ControlledShutdown {
+            broker_id,
+            broker_epoch,
+            reply,
+        })
+        .await
     }
 
     pub async fn allocate_producer_id(&self) -> Result<i64, ApiError> {
@@ -249,11 +337,24 @@ pub async fn start_zookeeper(
     Ok((plane, zk_events))
 }
 
+/// What the controller told a ZooKeeper-mode broker: the cluster with
+/// UpdateMetadata, its replicas with LeaderAndIsr and StopReplica, and the
+/// configs of the topics it knows, read from `/config/topics`.
+struct ToldByController {
+    cache: MetadataCache,
+    hosted: HostedPartitions,
+    configs: TopicConfigs,
+    /// Logs StopReplica deleted, for the next image.
+    deleted_replicas: Vec<TopicPartition>,
+}
+
 /// What the control plane processes, one at a time and in order (Kafka's
 /// ControllerEventManager): the shards' requests and the store's watches.
 enum ControlEvent {
     Request(ControlRequest),
     Zk(ZkEvent),
+    /// What a broker answered the controller.
+    Controller(ControllerEvent),
 }
 
 pub struct ControlPlane<Z> {
@@ -263,13 +364,18 @@ pub struct ControlPlane<Z> {
     cluster_id: String,
     controller: KafkaController<Z>,
     /// ZooKeeper mode: what the controller told this broker, its image.
-    cache: Option<MetadataCache>,
+    told: Option<ToldByController>,
+    /// What brokers answer this broker's controller, until `run` takes it.
+    controller_events: Option<local_channel::LocalReceiver<ControllerEvent>>,
     /// This broker's registration's czxid.
     broker_epoch: i64,
-    defaults: Arc<shards::log::LogConfig>,
     placement: Arc<ShardPlacement>,
     broker_id: i32,
     image_version: u64,
+    /// The newest `/config/changes` notification processed (Kafka's
+    /// ZkConfigManager): configs are read at start, so the ones before it
+    /// are done.
+    config_changes_seen: Option<u64>,
 }
 
 impl<Z: ZkClient> ControlPlane<Z> {
@@ -295,22 +401,30 @@ impl<Z: ZkClient> ControlPlane<Z> {
         let log_defaults = Arc::new(defaults.log_config.clone());
         let mut controller =
             KafkaController::new(zk.clone(), broker_id, cluster_id.clone(), defaults);
-        let cache = match inter_broker_listener {
+        let (events_tx, events_rx) = local_channel::new_bounded(CONTROL_CHANNEL_CAPACITY);
+        let told = match inter_broker_listener {
             Some(listener) => {
-                controller = controller.sending_update_metadata(listener);
-                Some(MetadataCache::new(cluster_id.clone()))
+                controller = controller.sending_to_brokers(listener, events_tx);
+                Some(ToldByController {
+                    cache: MetadataCache::new(cluster_id.clone()),
+                    hosted: HostedPartitions::default(),
+                    configs: TopicConfigs::new(log_defaults),
+                    deleted_replicas: Vec::new(),
+                })
             }
             None => None,
         };
         controller.elect().await?;
+        let config_changes_seen = newest_config_change(&zk.get_config_changes(true).await?);
         Ok(Self {
+            config_changes_seen,
             zk,
             registration,
             cluster_id,
             controller,
-            cache,
+            told,
+            controller_events: Some(events_rx),
             broker_epoch,
-            defaults: log_defaults,
             placement,
             broker_id,
             image_version: 0,
@@ -345,36 +459,51 @@ impl<Z: ZkClient> ControlPlane<Z> {
         was_active != self.controller.is_active()
     }
 
-    /// Builds the next image and places this broker's new partitions on
-    /// shards; None while this broker is not the controller.
+    /// Builds the next image and places this broker's new replicas on
+    /// shards; None while this broker is not the controller (single-node
+    /// mode) or the shard placement cannot be persisted.
     pub fn next_image(&mut self) -> Option<Arc<MetadataImage>> {
         self.image_version += 1;
-        let mut image = match &self.cache {
-            Some(cache) => cache.image(self.image_version, &self.defaults),
-            None => self.controller.build_image(self.image_version)?,
-        };
-        let mine: Vec<TopicPartition> = image
-            .topics
-            .values()
-            .flat_map(|topic| {
-                topic
-                    .partitions
+        let (mut image, replicas) = match self.told.as_mut() {
+            Some(told) => {
+                let mut image = told.cache.image(self.image_version, &told.configs);
+                image.deleted_replicas = std::mem::take(&mut told.deleted_replicas)
+                    .into_iter()
+                    .map(|tp| {
+                        // A log never opened since the start: any shard removes it.
+                        let shard = self.placement.shard_of(&tp).unwrap_or(0);
+                        (tp, shard)
+                    })
+                    .collect();
+                let replicas: Vec<_> = told
+                    .hosted
                     .iter()
-                    .enumerate()
-                    .filter(|(_, p)| p.replicas.contains(&self.broker_id))
-                    .map(|(index, _)| TopicPartition::new(topic.name.clone(), index as i32))
-            })
-            .collect();
-        let shards = match self.placement.assign_all(&mine) {
-            Ok(shards) => shards,
-            Err(error) => {
-                warn!(%error, "cannot persist shard placement; partitions stay unplaced");
-                return Some(Arc::new(image));
+                    .map(|(tp, state)| (tp.clone(), state.clone(), told.configs.get(&tp.topic).1))
+                    .collect();
+                (image, replicas)
+            }
+            None => {
+                let image = self.controller.build_image(self.image_version)?;
+                let replicas = assigned_replicas(&image, self.broker_id);
+                (image, replicas)
             }
         };
-        for (tp, shard) in mine.iter().zip(shards) {
-            let topic = Arc::make_mut(image.topics.get_mut(&tp.topic).unwrap());
-            topic.partitions[tp.partition as usize].shard = Some(shard);
+        image.broker_epoch = self.broker_epoch;
+        let partitions: Vec<TopicPartition> = replicas.iter().map(|(tp, ..)| tp.clone()).collect();
+        let shards = match self.placement.assign_all(&partitions) {
+            Ok(shards) => shards,
+            Err(error) => {
+                warn!(%error, "cannot persist shard placement; replicas stay unplaced");
+                return None;
+            }
+        };
+        for ((tp, state, log_config), shard) in replicas.into_iter().zip(shards) {
+            let replica = LocalReplica {
+                shard,
+                state,
+                log_config,
+            };
+            image.local_replicas.insert(tp, replica);
         }
         Some(Arc::new(image))
     }
@@ -406,14 +535,29 @@ impl<Z: ZkClient> ControlPlane<Z> {
                 }
             }));
         }
+        let controller_events = self.controller_events.take().expect("run once");
         let watches = glommio::spawn_local({
             let merged_tx = merged_tx.clone();
             async move {
-                while let Some(event) = zk_events.recv().await {
-                    if merged_tx.send(ControlEvent::Zk(event)).await.is_err() {
-                        break;
+                let zk = async {
+                    while let Some(event) = zk_events.recv().await {
+                        if merged_tx.send(ControlEvent::Zk(event)).await.is_err() {
+                            break;
+                        }
                     }
-                }
+                };
+                let answers = async {
+                    while let Some(event) = controller_events.recv().await {
+                        if merged_tx
+                            .send(ControlEvent::Controller(event))
+                            .await
+                            .is_err()
+                        {
+                            break;
+                        }
+                    }
+                };
+                futures_lite::future::zip(zk, answers).await;
             }
         });
         drop(merged_tx);
@@ -432,6 +576,15 @@ impl<Z: ZkClient> ControlPlane<Z> {
             let (changed, reply) = match event {
                 ControlEvent::Request(request) => self.serve(request).await,
                 ControlEvent::Zk(event) => (self.on_zk_event(event).await, Box::new(|| ()) as _),
+                ControlEvent::Controller(ControllerEvent::StopReplicaAnswered {
+                    broker,
+                    answers,
+                }) => {
+                    self.controller
+                        .on_stop_replica_answered(broker, answers)
+                        .await;
+                    (false, Box::new(|| ()) as _)
+                }
             };
             if let Some(image) = changed.then(|| self.next_image()).flatten() {
                 for shard in &images {
@@ -491,11 +644,20 @@ impl<Z: ZkClient> ControlPlane<Z> {
                 validate_only,
                 reply,
             } => {
-                let result = self
-                    .controller
-                    .alter_topic_config(&topic, &changes, replace_all, validate_only)
-                    .await;
+                let result = alter_topic_config(
+                    &self.zk,
+                    self.controller.log_defaults(),
+                    &topic,
+                    &changes,
+                    replace_all,
+                    validate_only,
+                )
+                .await;
+                // This broker serves the change at once; the others on the notification.
                 let changed = !validate_only && result.is_ok();
+                if changed {
+                    self.on_topic_config_change(&topic).await;
+                }
                 (changed, Box::new(move || drop(reply.send(result))))
             }
             ControlRequest::UpdateMetadata { request, reply } => {
@@ -507,6 +669,41 @@ impl<Z: ZkClient> ControlPlane<Z> {
                         let _ = reply.send(result);
                     }),
                 )
+            }
+            ControlRequest::LeaderAndIsr { request, reply } => {
+                let result = self.on_leader_and_isr(&request).await;
+                (result.is_ok(), Box::new(move || drop(reply.send(result))))
+            }
+            ControlRequest::StopReplica { request, reply } => {
+                let result = self.on_stop_replica(&request);
+                (result.is_ok(), Box::new(move || drop(reply.send(result))))
+            }
+            ControlRequest::AllocateProducerIds {
+                broker_id,
+                broker_epoch,
+                reply,
+            } => {
+                let result = self
+                    .controller
+                    .allocate_producer_ids(broker_id, broker_epoch)
+                    .await;
+                (
+                    false,
+                    Box::new(move || {
+                        let _ = reply.send(result);
+                    }),
+                )
+            }
+            ControlRequest::ControlledShutdown {
+                broker_id,
+                broker_epoch,
+                reply,
+            } => {
+                let result = self
+                    .controller
+                    .controlled_shutdown(broker_id, broker_epoch)
+                    .await;
+                (false, Box::new(move || drop(reply.send(result))))
             }
             ControlRequest::AllocateProducerId { reply } => {
                 let result = self.controller.allocate_producer_id().await;
@@ -521,28 +718,167 @@ impl<Z: ZkClient> ControlPlane<Z> {
         &mut self,
         request: &UpdateMetadataRequest,
     ) -> Result<(), ResponseError> {
-        let Some(cache) = self.cache.as_mut() else {
-            // A single broker is its own controller: nobody else sends this.
-            return Err(ResponseError::StaleControllerEpoch);
-        };
-        let new_topics = cache.update(request, self.broker_epoch)?;
-        for topic in new_topics {
-            match self.zk.get_topic_config(&topic).await {
-                Ok((overrides, _)) => {
-                    let log_config = Arc::new(stored_log_config(&self.defaults, &overrides));
-                    let config = TopicConfig {
-                        overrides,
-                        log_config,
-                    };
-                    self.cache
-                        .as_mut()
-                        .expect("ZooKeeper mode")
-                        .set_topic_config(&topic, config);
-                }
-                Err(error) => warn!(topic, %error, "cannot read the topic's config"),
-            }
-        }
+        let broker_epoch = self.broker_epoch;
+        let told = self.told_by_controller()?;
+        told.cache.update(request, broker_epoch)?;
+        self.load_topic_configs().await;
         Ok(())
+    }
+
+    /// LeaderAndIsr: the partitions this broker now leads or follows (their
+    /// logs opened once every shard applied the image).
+    async fn on_leader_and_isr(
+        &mut self,
+        request: &LeaderAndIsrRequest,
+    ) -> Result<PartitionErrors, ResponseError> {
+        let (broker_id, broker_epoch) = (self.broker_id, self.broker_epoch);
+        let told = self.told_by_controller()?;
+        // v0-1 list partitions ungrouped; v2+ by topic, with topic ids from v5.
+        let grouped = request.topic_states.iter().flat_map(|topic| {
+            topic
+                .partition_states
+                .iter()
+                .map(move |state| (topic.topic_name.to_string(), topic.topic_id, state))
+        });
+        let ungrouped = request
+            .ungrouped_partition_states
+            .iter()
+            .map(|state| (state.topic_name.to_string(), Uuid::nil(), state));
+        let ids = |ids: &[crate::protocol::inter_broker::BrokerId]| -> Vec<i32> {
+            ids.iter().map(|id| id.0).collect()
+        };
+        let states = grouped
+            .chain(ungrouped)
+            .map(|(topic, topic_id, state)| {
+                let replica = ReplicaState {
+                    topic_id,
+                    leader: state.leader.0,
+                    leader_epoch: state.leader_epoch,
+                    isr: ids(&state.isr),
+                    replicas: ids(&state.replicas),
+                    partition_epoch: state.partition_epoch,
+                };
+                (TopicPartition::new(topic, state.partition_index), replica)
+            })
+            .collect();
+        let answers = told.hosted.become_leader_or_follower(
+            broker_id,
+            request.controller_epoch,
+            request.broker_epoch,
+            broker_epoch,
+            states,
+        )?;
+        self.load_topic_configs().await;
+        Ok(answers)
+    }
+
+    /// StopReplica: the partitions this broker no longer holds, their logs
+    /// deleted with `delete_partition` (once every shard applied the image).
+    fn on_stop_replica(
+        &mut self,
+        request: &StopReplicaRequest,
+    ) -> Result<PartitionErrors, ResponseError> {
+        let broker_epoch = self.broker_epoch;
+        let told = self.told_by_controller()?;
+        // v3+ carry a deletion flag and leader epoch per partition; before, one flag.
+        let grouped = request.topic_states.iter().flat_map(|topic| {
+            topic
+                .partition_states
+                .iter()
+                .map(|state| StopReplicaPartition {
+                    tp: TopicPartition::new(topic.topic_name.to_string(), state.partition_index),
+                    leader_epoch: state.leader_epoch,
+                    delete: state.delete_partition,
+                })
+        });
+        let by_topic = request.topics.iter().flat_map(|topic| {
+            topic
+                .partition_indexes
+                .iter()
+                .map(|partition| StopReplicaPartition {
+                    tp: TopicPartition::new(topic.name.to_string(), *partition),
+                    leader_epoch: crate::protocol::inter_broker::NO_EPOCH,
+                    delete: request.delete_partitions,
+                })
+        });
+        let ungrouped = request
+            .ungrouped_partitions
+            .iter()
+            .map(|p| StopReplicaPartition {
+                tp: TopicPartition::new(p.topic_name.to_string(), p.partition_index),
+                leader_epoch: crate::protocol::inter_broker::NO_EPOCH,
+                delete: request.delete_partitions,
+            });
+        let stops = grouped.chain(by_topic).chain(ungrouped).collect();
+        let (answers, deleted) = told.hosted.stop_replicas(
+            request.controller_epoch,
+            request.broker_epoch,
+            broker_epoch,
+            stops,
+        )?;
+        told.deleted_replicas.extend(deleted);
+        Ok(answers)
+    }
+
+    /// A request only a controller sends reached a single broker, which is
+    /// its own controller: nobody else sends it.
+    fn told_by_controller(&mut self) -> Result<&mut ToldByController, ResponseError> {
+        self.told
+            .as_mut()
+            .ok_or(ResponseError::StaleControllerEpoch)
+    }
+
+    /// Reads the configs of topics this broker newly knows or hosts.
+    async fn load_topic_configs(&mut self) {
+        let told = self.told.as_mut().expect("ZooKeeper mode");
+        let mut known: Vec<&String> = told.cache.topic_names().collect();
+        known.extend(told.hosted.iter().map(|(tp, _)| &tp.topic));
+        known.sort();
+        known.dedup();
+        told.configs.load(&self.zk, &known).await;
+    }
+
+    /// New `/config/changes` notifications: each topic they name has its
+    /// config read again (the watch is set again). Returns whether any did.
+    async fn on_config_changes(&mut self) -> bool {
+        let children = match self.zk.get_config_changes(true).await {
+            Ok(children) => children,
+            Err(error) => {
+                warn!(%error, "cannot read the config change notifications");
+                return false;
+            }
+        };
+        let mut new: Vec<(u64, String)> = children
+            .into_iter()
+            .filter_map(|child| Some((ConfigChangeZNode::sequence(&child)?, child)))
+            .filter(|(sequence, _)| self.config_changes_seen.is_none_or(|seen| *sequence > seen))
+            .collect();
+        new.sort();
+        let mut changed = false;
+        for (sequence, child) in new {
+            match self.zk.get_config_change(&child).await {
+                Ok(entity_path) => {
+                    if let Some(topic) = ConfigChangeZNode::topic(&entity_path) {
+                        self.on_topic_config_change(topic).await;
+                        changed = true;
+                    }
+                }
+                Err(error) => warn!(child, %error, "cannot read a config change notification"),
+            }
+            self.config_changes_seen = Some(sequence);
+        }
+        changed
+    }
+
+    /// A topic's config changed: the controller's context and this broker's
+    /// own view read it again.
+    async fn on_topic_config_change(&mut self, topic: &str) {
+        if let Err(error) = self.controller.on_topic_config_change(topic).await {
+            warn!(topic, %error, "the controller cannot read the topic's config");
+        }
+        if let Some(told) = self.told.as_mut() {
+            told.configs.reload(&self.zk, topic).await;
+        }
     }
 
     /// A fired watch or a new session; returns whether the metadata changed.
@@ -555,11 +891,14 @@ impl<Z: ZkClient> ControlPlane<Z> {
             (DeleteTopicsZNode::PATH, EventType::NodeChildrenChanged) => {
                 self.controller.on_topic_deletion().await
             }
+            (ConfigChangeZNode::PATH, EventType::NodeChildrenChanged) => {
+                self.on_config_changes().await
+            }
             (BrokerIdsZNode::PATH, EventType::NodeChildrenChanged) => {
                 if let Err(error) = self.controller.on_broker_change().await {
                     tracing::error!(%error, "cannot read the live brokers");
                 }
-                self.cache.is_none()
+                self.told.is_none()
             }
             (ControllerZNode::PATH, _) => {
                 let was_active = self.controller.is_active();
@@ -574,4 +913,44 @@ impl<Z: ZkClient> ControlPlane<Z> {
             }
         }
     }
+}
+
+/// The newest notification's sequence number among `children` of
+/// `/config/changes`.
+fn newest_config_change(children: &[String]) -> Option<u64> {
+    children
+        .iter()
+        .filter_map(|child| ConfigChangeZNode::sequence(child))
+        .max()
+}
+
+/// The replicas the controller's own image assigns this broker (single-node
+/// mode: the controller is in this process), with their topics' configs.
+fn assigned_replicas(
+    image: &MetadataImage,
+    broker_id: i32,
+) -> Vec<(TopicPartition, ReplicaState, Arc<shards::log::LogConfig>)> {
+    image
+        .topics
+        .values()
+        .flat_map(|topic| {
+            topic
+                .partitions
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| p.replicas.contains(&broker_id))
+                .map(|(index, p)| {
+                    let state = ReplicaState {
+                        topic_id: topic.id,
+                        leader: p.leader,
+                        leader_epoch: p.leader_epoch,
+                        isr: p.isr.clone(),
+                        replicas: p.replicas.clone(),
+                        partition_epoch: 0,
+                    };
+                    let tp = TopicPartition::new(topic.name.clone(), index as i32);
+                    (tp, state, topic.log_config.clone())
+                })
+        })
+        .collect()
 }

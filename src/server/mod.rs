@@ -2,7 +2,9 @@
 
 pub mod broker;
 pub mod control;
+mod controlled_shutdown;
 pub mod fetch_session;
+mod producer_id_manager;
 
 use std::net::SocketAddr;
 use std::os::fd::{FromRawFd, IntoRawFd};
@@ -43,6 +45,10 @@ const CONTROL_IO_MEMORY_BYTES: usize = 256 * 1024;
 
 /// A running broker; `stop` shuts it down cleanly.
 pub struct RunningBroker {
+    /// ZooKeeper mode with `controlled.shutdown.enable`: set to have shard 0
+    /// ask the controller to move this broker's leaderships, which `done`
+    /// reports.
+    controlled_shutdown: Option<(Arc<AtomicBool>, mpsc::Receiver<()>, Duration)>,
     stop: Arc<AtomicBool>,
     shards: Vec<glommio::ExecutorJoinHandle<()>>,
     control: glommio::ExecutorJoinHandle<()>,
@@ -140,6 +146,12 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
     };
 
     let stop = Arc::new(AtomicBool::new(false));
+    let (retry, controlled) = (
+        config.controlled_shutdown,
+        config.zookeeper.is_some() && config.controlled_shutdown.enable,
+    );
+    let shutdown_requested = Arc::new(AtomicBool::new(false));
+    let (shutdown_done_tx, shutdown_done_rx) = mpsc::channel::<()>();
     let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
     let shard_ends: Arc<Mutex<Vec<Option<ShardControlEnds>>>> =
         Arc::new(Mutex::new(shard_ends.into_iter().map(Some).collect()));
@@ -154,9 +166,12 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
     let max_in_flight_mesh_jobs = runtime.max_in_flight_mesh_jobs;
     let shard_dirs = dirs.clone();
     let shard_stop = stop.clone();
+    let shard_shutdown = (shutdown_requested.clone(), shutdown_done_tx);
     let loaded = Arc::new(std::sync::Barrier::new(nr_shards));
     let shards =
         spawn_shards::<ShardBroker, _, _, ()>(&runtime, move |start: ShardStart<ShardBroker>| {
+            let shutdown_requested = shard_shutdown.0.clone();
+            let shutdown_done = shard_shutdown.1.clone();
             let (config, dirs, stop, image, ready, loaded) = (
                 config.clone(),
                 shard_dirs.clone(),
@@ -261,6 +276,14 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
                 });
                 let _ = ready.send(Ok(()));
                 while !stop.load(Ordering::Acquire) {
+                    if start.shard_id == 0 && shutdown_requested.swap(false, Ordering::AcqRel) {
+                        let (broker, done) = (broker.clone(), shutdown_done.clone());
+                        glommio::spawn_local(async move {
+                            controlled_shutdown::controlled_shutdown(&broker).await;
+                            let _ = done.send(());
+                        })
+                        .detach();
+                    }
                     glommio::timer::sleep(STOP_POLL_INTERVAL).await;
                 }
                 for acceptor in acceptors {
@@ -286,7 +309,12 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
             .recv()
             .map_err(|_| "a shard died while starting")??;
     }
+    // Every attempt may wait for its answer and then for the backoff.
+    let attempts = retry.max_retries + 1;
+    let bound =
+        (Duration::from_secs(30) + Duration::from_millis(retry.retry_backoff_ms)) * attempts;
     Ok(RunningBroker {
+        controlled_shutdown: controlled.then_some((shutdown_requested, shutdown_done_rx, bound)),
         stop,
         shards,
         control,
@@ -313,9 +341,16 @@ async fn run_control_plane<Z: ZkClient>(
 }
 
 impl RunningBroker {
-    /// Answers in-flight requests, flushes every log, writes the checkpoints and
-    /// the clean-shutdown marker.
+    /// In ZooKeeper mode first has the controller move this broker's
+    /// leaderships (controlled shutdown); then answers in-flight requests,
+    /// flushes every log, writes the checkpoints and the clean-shutdown marker.
     pub fn stop(self) -> Result<(), Box<dyn std::error::Error>> {
+        if let Some((requested, done, bound)) = &self.controlled_shutdown {
+            requested.store(true, Ordering::Release);
+            if done.recv_timeout(*bound).is_err() {
+                warn!("controlled shutdown did not end within {bound:?}; stopping anyway");
+            }
+        }
         self.stop.store(true, Ordering::Release);
         for shard in self.shards {
             shard.join().map_err(|error| error.to_string())?;

@@ -419,6 +419,34 @@ pub fn committed_offsets(client: &mut Client, group: &str) -> Vec<(String, i32, 
     }
 }
 
+/// Runs a Kafka tool class; returns its stdout, failing on a non-zero exit.
+pub fn kafka_tool(class: &str, args: &[&str], input: Option<&str>) -> String {
+    fetch_kafka_jars("kafka");
+    let mut child = Command::new("timeout")
+        .arg("120")
+        .arg(repo_root().join("tests/support/kafka/kafka-run-class.sh"))
+        .arg(class)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    if let Some(input) = input {
+        stdin.write_all(input.as_bytes()).unwrap();
+    }
+    drop(stdin);
+    let output = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{class} {args:?} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
 /// Runs kcat (installed by tests/run) with `input` on stdin; its stdout.
 pub fn kcat(args: &[&str], input: Option<&str>) -> String {
     let mut child = Command::new("timeout")

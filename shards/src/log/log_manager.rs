@@ -146,10 +146,20 @@ impl LogManager {
     }
 
     /// Removes the partition: out of service at once, its directory renamed to
-    /// Kafka's `-delete` marker, then removed.
+    /// Kafka's `-delete` marker, then removed. A partition on disk that no
+    /// shard opened (a replica the controller has not given this broker since
+    /// it started) has its directory removed.
     pub async fn delete_log(&self, tp: &TopicPartition) -> Result<(), LogError> {
         let Some(log) = self.logs.borrow_mut().remove(tp) else {
-            return Ok(());
+            let Some((dir, _)) = self.dirs.find(tp) else {
+                return Ok(());
+            };
+            let path = self.dirs.partition_dir(dir, tp);
+            self.dirs.remove(tp);
+            let health = self.dirs.dirs()[dir].health.clone();
+            return run_blocking(move || std::fs::remove_dir_all(path))
+                .await
+                .map_err(|error| health.on_error(error.into()));
         };
         self.dirs.remove(tp);
         let doomed = log.mark_deleted().await?;
