@@ -218,8 +218,14 @@ fn topics_spread_over_brokers_and_clients_follow_a_killed_leader() {
     let mut brokers: Vec<_> = (1..=3).map(|id| zk.start_broker(CHROOT, id, &[])).collect();
     let controller = controller_id(&zk).unwrap();
     let index = |id: i32| (id - 1) as usize;
-    common::Client::connect(&brokers[index(controller as i32)].address())
-        .create_topic("spread", 12);
+    let controller_address = brokers[index(controller as i32)].address();
+    common::Client::connect(&controller_address).create_topic("spread", 12);
+    // CreateTopics is answered once the broker asked knows every leader.
+    let known = leaders(&controller_address, "spread");
+    assert!(
+        known.len() == 12 && known.iter().all(|leader| *leader > 0),
+        "{known:?}"
+    );
     // Every broker learns the topic from the controller, leaders on all three.
     for broker in &brokers {
         wait(Duration::from_secs(10), "the topic on every broker", || {
@@ -620,5 +626,192 @@ fn a_config_change_on_any_broker_reaches_every_broker() {
                     == Some("123456")
             },
         );
+    }
+}
+
+/// The coordinator `address` names for `group` (FindCoordinator v3); None
+/// while it answers with an error (COORDINATOR_NOT_AVAILABLE at first).
+fn find_coordinator(address: &str, group: &str) -> Option<i32> {
+    use kafka_protocol::messages::{ApiKey, FindCoordinatorRequest, FindCoordinatorResponse};
+    use kafka_protocol::protocol::StrBytes;
+    let mut client = common::Client::connect(address);
+    let request =
+        FindCoordinatorRequest::default().with_key(StrBytes::from_string(group.to_owned()));
+    let response: FindCoordinatorResponse =
+        client.call(ApiKey::FindCoordinator, 3, &request).ok()?;
+    (response.error_code == 0).then_some(response.node_id.0)
+}
+
+#[test]
+fn brokers_other_than_the_controller_create_topics_and_serve_groups() {
+    use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+    use rdkafka::Message;
+
+    const RECORDS: usize = 600;
+    let zk = ZooKeeper::start();
+    let brokers: Vec<_> = (1..=3)
+        .map(|id| zk.start_broker(CHROOT, id, &["num.partitions=6"]))
+        .collect();
+    let controller = controller_id(&zk).unwrap() as usize;
+    let others: Vec<usize> = (1..=3).filter(|id| *id != controller).collect();
+    let address = |id: usize| brokers[id - 1].address();
+
+    // Auto-creation through a broker that is not the controller: it writes
+    // the topic's znodes, the controller's watch does the rest.
+    let input: String = (0..RECORDS).map(|i| format!("k{i}:v{i}\n")).collect();
+    kcat(
+        &[
+            "-b",
+            &address(others[0]),
+            "-t",
+            "auto",
+            "-P",
+            "-K:",
+            "-X",
+            "acks=all",
+        ],
+        Some(&input),
+    );
+    assert!(zk.get(&path("/brokers/topics/auto")).is_some());
+    assert!(zk
+        .get(&path("/brokers/topics/auto/partitions/0/state"))
+        .is_some());
+
+    // Every broker names the same coordinator, whichever broker created
+    // __consumer_offsets (here, one that is not the controller).
+    let mut coordinator = None;
+    wait(Duration::from_secs(15), "a coordinator", || {
+        coordinator = find_coordinator(&address(others[1]), "spread-group");
+        coordinator.is_some()
+    });
+    for id in 1..=3 {
+        wait(Duration::from_secs(10), "the same coordinator", || {
+            find_coordinator(&address(id), "spread-group") == coordinator
+        });
+    }
+
+    // The others answer NOT_COORDINATOR.
+    {
+        use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+        use kafka_protocol::messages::{ApiKey, GroupId, JoinGroupRequest, JoinGroupResponse};
+        use kafka_protocol::protocol::StrBytes;
+        const NOT_COORDINATOR: i16 = 16;
+        let elsewhere = (1..=3).find(|id| Some(*id) != coordinator).unwrap() as usize;
+        let request = JoinGroupRequest::default()
+            .with_group_id(GroupId(StrBytes::from_static_str("spread-group")))
+            .with_session_timeout_ms(10_000)
+            .with_rebalance_timeout_ms(10_000)
+            .with_protocol_type(StrBytes::from_static_str("consumer"))
+            .with_protocols(vec![
+                JoinGroupRequestProtocol::default().with_name(StrBytes::from_static_str("range"))
+            ]);
+        let mut client = common::Client::connect(&address(elsewhere));
+        let joined: JoinGroupResponse = client.call(ApiKey::JoinGroup, 5, &request).unwrap();
+        assert_eq!(joined.error_code, NOT_COORDINATOR);
+    }
+
+    // Two members, each bootstrapped from a different broker, share the
+    // topic and commit what they read.
+    let consumer = |id: usize| -> BaseConsumer {
+        let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", address(id))
+            .set("group.id", "spread-group")
+            .set("auto.offset.reset", "earliest")
+            .set("enable.auto.commit", "false")
+            .create()
+            .unwrap();
+        consumer.subscribe(&["auto"]).unwrap();
+        consumer
+    };
+    let members = [consumer(others[0]), consumer(others[1])];
+    let mut read = std::collections::BTreeSet::new();
+    let mut read_by = [0usize; 2];
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while read.len() < RECORDS {
+        assert!(std::time::Instant::now() < deadline, "read {}", read.len());
+        for (member, count) in members.iter().zip(&mut read_by) {
+            let mut wait_ms = 100;
+            while let Some(Ok(message)) = member.poll(Duration::from_millis(wait_ms)) {
+                let key = String::from_utf8(message.key().unwrap().to_vec()).unwrap();
+                read.insert(key);
+                *count += 1;
+                wait_ms = 0;
+            }
+        }
+    }
+    assert!(read_by.iter().all(|count| *count > 0), "{read_by:?}");
+    for member in &members {
+        member.commit_consumer_state(CommitMode::Sync).unwrap();
+    }
+    let mut client = common::Client::connect(&address(coordinator.unwrap() as usize));
+    let committed: i64 = common::committed_offsets(&mut client, "spread-group")
+        .iter()
+        .map(|(_, _, offset)| offset)
+        .sum();
+    assert_eq!(committed, RECORDS as i64);
+}
+
+#[test]
+fn racks_are_reported_and_replicas_spread_over_them() {
+    use kafka_protocol::messages::{ApiKey, MetadataRequest, MetadataResponse};
+    let zk = ZooKeeper::start();
+    let rack = |id: i32| format!("broker.rack=r{}", id % 2);
+    let brokers: Vec<_> = (1..=3)
+        .map(|id| zk.start_broker(CHROOT, id, &[&rack(id)]))
+        .collect();
+    let controller = controller_id(&zk).unwrap() as usize;
+    let bootstrap = brokers[controller - 1].address();
+    kafka_tool(
+        TOPICS,
+        &[
+            "--bootstrap-server",
+            &bootstrap,
+            "--create",
+            "--topic",
+            "racked",
+            "--partitions",
+            "6",
+            "--replication-factor",
+            "2",
+        ],
+        None,
+    );
+    let rack_of = |id: i32| format!("r{}", id % 2);
+    for broker in &brokers {
+        let mut metadata: Option<MetadataResponse> = None;
+        wait(Duration::from_secs(10), "the topic and racks", || {
+            let mut client = common::Client::connect(&broker.address());
+            let response: MetadataResponse = client
+                .call(
+                    ApiKey::Metadata,
+                    12,
+                    &MetadataRequest::default().with_topics(None),
+                )
+                .unwrap();
+            let ready = response.brokers.len() == 3
+                && response.topics.iter().any(|t| t.partitions.len() == 6);
+            metadata = Some(response);
+            ready
+        });
+        let metadata = metadata.unwrap();
+        for listed in &metadata.brokers {
+            assert_eq!(
+                listed.rack.as_deref(),
+                Some(rack_of(listed.node_id.0).as_str())
+            );
+        }
+        let topic = metadata
+            .topics
+            .iter()
+            .find(|t| t.partitions.len() == 6)
+            .unwrap();
+        for partition in &topic.partitions {
+            let racks: std::collections::BTreeSet<String> = partition
+                .replica_nodes
+                .iter()
+                .map(|id| rack_of(id.0))
+                .collect();
+            assert_eq!(racks.len(), 2, "{partition:?}: one replica per rack");
+        }
     }
 }

@@ -85,7 +85,7 @@ pub fn update_metadata(
             let broker = &live.info.broker;
             UpdateMetadataBroker::default()
                 .with_id(BrokerId(broker.id))
-                .with_rack(live.info.rack.clone().map(StrBytes::from_string))
+                .with_rack(broker.rack.clone().map(StrBytes::from_string))
                 .with_endpoints(
                     broker
                         .endpoints
@@ -284,8 +284,8 @@ mod tests {
                 broker: Broker {
                     id,
                     endpoints: Vec::new(),
+                    rack: None,
                 },
-                rack: None,
                 timestamp_ms: 0,
             };
             context.live_brokers.insert(

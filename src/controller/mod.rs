@@ -15,6 +15,7 @@ mod context;
 mod election;
 mod replica_assignment;
 mod topic_config;
+mod topic_creation;
 mod topic_deletion;
 
 use std::collections::BTreeMap;
@@ -34,8 +35,9 @@ use self::replica_assignment::{
     assign_replicas_to_brokers, check_assignments, check_partition_count, AssignmentStart,
     BrokerMetadata,
 };
-use self::topic_config::log_config_with;
 pub use self::topic_config::{alter_topic_config, stored_log_config, ConfigOp};
+pub use self::topic_creation::create_topics_in_zk;
+use self::topic_creation::{plan_topic, write_topic};
 use crate::metadata::image::MetadataImage;
 use crate::metadata::kafka_zk_client::{ControllerEpoch, KafkaZkClient, KafkaZkError};
 use crate::metadata::zk_client::{Op, OpResult, ZkClient, ZkError};
@@ -198,6 +200,8 @@ impl<Z: ZkClient> KafkaController<Z> {
         let mut context = ControllerContext::new(epoch, self.cluster_id.clone());
         self.load_context(&mut context).await?;
         self.context = Some(context);
+        // Topics another broker created while no broker was controller.
+        self.create_missing_partition_states().await?;
         // Brokers may have come or gone while no broker was controller.
         self.elect_after_broker_change().await?;
         self.send_update_metadata();
@@ -236,6 +240,52 @@ impl<Z: ZkClient> KafkaController<Z> {
             .cloned()
             .collect();
         self.send_stop_replica_deletions(&deleting, &joined);
+        Ok(())
+    }
+
+    /// `/brokers/topics` changed (Kafka's TopicChange): topics another
+    /// broker created (auto-creation) join the context, get their partition
+    /// states and are told to every broker.
+    pub async fn on_topic_change(&mut self) -> Result<(), KafkaZkError> {
+        if !self.is_active() {
+            return Ok(());
+        }
+        let names = self.zk.get_all_topics_in_cluster_and_watch().await?;
+        let mut added = false;
+        for name in names {
+            if self.context_mut().topics.contains_key(&name) {
+                continue;
+            }
+            if let Some(topic) = self.read_topic(&name).await? {
+                info!(topic = name, "a topic another broker created");
+                self.context_mut().topics.insert(name, topic);
+                added = true;
+            }
+        }
+        if added {
+            self.create_missing_partition_states().await?;
+            self.send_update_metadata();
+        }
+        Ok(())
+    }
+
+    /// The partitions with no state znode yet (a topic whose creator was not
+    /// the controller) go online as new partitions.
+    async fn create_missing_partition_states(&mut self) -> Result<(), KafkaZkError> {
+        let context = self.context_mut();
+        let missing: Vec<(String, usize)> = context
+            .topics
+            .iter()
+            .filter(|(name, _)| !context.is_being_deleted(name))
+            .filter_map(|(name, topic)| {
+                let from = (0..topic.assignment.len())
+                    .find(|p| topic.states.get(*p).is_none_or(Option::is_none))?;
+                Some((name.clone(), from))
+            })
+            .collect();
+        for (name, from) in missing {
+            self.on_new_partitions(&name, from).await?;
+        }
         Ok(())
     }
 
@@ -486,7 +536,7 @@ impl<Z: ZkClient> KafkaController<Z> {
     /// assignment, partition states and config.
     async fn load_context(&self, context: &mut ControllerContext) -> Result<(), KafkaZkError> {
         context.set_live_brokers(self.zk.get_all_brokers_in_cluster(true).await?);
-        for name in self.zk.get_all_topics_in_cluster().await? {
+        for name in self.zk.get_all_topics_in_cluster_and_watch().await? {
             if let Some(topic) = self.read_topic(&name).await? {
                 context.topics.insert(name, topic);
             }
@@ -522,7 +572,7 @@ impl<Z: ZkClient> KafkaController<Z> {
             .values()
             .map(|broker| BrokerMetadata {
                 id: broker.info.broker.id,
-                rack: broker.info.rack.clone(),
+                rack: broker.info.broker.rack.clone(),
             })
             .collect()
     }
@@ -561,63 +611,14 @@ impl<Z: ZkClient> KafkaController<Z> {
             ));
         }
         let brokers = Self::brokers_for_assignment(context);
-        let assignments: Vec<Vec<i32>> = if topic.assignments.is_empty() {
-            let partitions = match topic.num_partitions {
-                -1 => self.defaults.num_partitions,
-                partitions => partitions,
-            };
-            let replication_factor = match topic.replication_factor {
-                -1 => self.defaults.default_replication_factor,
-                factor => factor,
-            };
-            check_partition_count(partitions)?;
-            assign_replicas_to_brokers(
-                &brokers,
-                partitions,
-                replication_factor,
-                random_start(brokers.len().max(1)),
-                0,
-            )?
-        } else {
-            if topic.num_partitions != -1 || topic.replication_factor != -1 {
-                return Err(ApiError::new(
-                    ResponseError::InvalidRequest,
-                    "both replica assignment and partitions/replication factor were given",
-                ));
-            }
-            check_partition_count(topic.assignments.len().try_into().unwrap_or(i32::MAX))?;
-            check_assignments(&topic.assignments, &context.live_broker_ids(), None)?;
-            topic.assignments.clone()
-        };
-        let overrides: BTreeMap<String, String> = topic
-            .configs
-            .iter()
-            .filter_map(|(key, value)| Some((key.clone(), value.clone()?)))
-            .collect();
-        let log_config = log_config_with(&self.defaults.log_config, &overrides)?;
-        let replication_factor = assignments[0].len() as i16;
+        let plan = plan_topic(topic, &self.defaults, &brokers)?;
         if validate_only {
-            return Ok((assignments.len() as i32, replication_factor));
+            return Ok(plan.counts());
         }
-        let assignment = TopicZNode {
-            topic_id: Uuid::new_v4(),
-            partitions: assignments,
-            adding_replicas: BTreeMap::new(),
-            removing_replicas: BTreeMap::new(),
-        };
-        match self
-            .zk
-            .create_topic(&topic.name, &assignment, &overrides)
-            .await
-        {
-            Err(ZkError::NodeExists(_)) => {
-                return Err(ApiError::new(
-                    ResponseError::TopicAlreadyExists,
-                    format!("topic '{}' already exists", topic.name),
-                ))
-            }
-            created => created?,
-        }
+        write_topic(&self.zk, &topic.name, &plan).await?;
+        let (assignment, overrides, log_config) =
+            (plan.assignment, plan.overrides, plan.log_config);
+        let replication_factor = assignment.partitions[0].len() as i16;
         let partitions = assignment.partitions.len() as i32;
         self.context_mut().topics.insert(
             topic.name.clone(),
@@ -841,6 +842,10 @@ impl<Z: ZkClient> KafkaController<Z> {
 
     pub fn log_defaults(&self) -> &LogConfig {
         &self.defaults.log_config
+    }
+
+    pub fn topic_defaults(&self) -> &TopicDefaults {
+        &self.defaults
     }
 
     /// A producer id never handed out before, by this or any earlier run,

@@ -27,8 +27,8 @@ async fn controller(dir: &std::path::Path) -> KafkaController<EmbeddedStore> {
                 host: "127.0.0.1".into(),
                 port: 9092,
             }],
+            rack: None,
         },
-        rack: None,
         timestamp_ms: 1,
     };
     zk.register_broker(&registration).await.unwrap();

@@ -46,7 +46,7 @@ pub async fn handle(
     let results = ctx
         .broker
         .control
-        .create_topics(topics, request.validate_only)
+        .create_topics(topics, request.validate_only, request.timeout_ms)
         .await;
     let image = ctx.broker.image();
     let topics = request

@@ -14,11 +14,12 @@ pub async fn handle(
     let image = ctx.broker.image();
     let brokers = image
         .broker_endpoints(&ctx.listener_name)
-        .map(|(id, endpoint)| {
+        .map(|(broker, endpoint)| {
             DescribeClusterBroker::default()
-                .with_broker_id(BrokerId(id))
+                .with_broker_id(BrokerId(broker.id))
                 .with_host(StrBytes::from_string(endpoint.host.clone()))
                 .with_port(i32::from(endpoint.port))
+                .with_rack(broker.rack.clone().map(StrBytes::from_string))
         })
         .collect();
     DescribeClusterResponse::default()

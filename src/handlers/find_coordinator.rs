@@ -75,22 +75,19 @@ async fn find_group_coordinator(
         let created = ctx
             .broker
             .control
-            .create_topics(
-                vec![NewTopic {
-                    name: GROUP_METADATA_TOPIC_NAME.to_owned(),
-                    num_partitions: config.offsets_topic_num_partitions,
-                    replication_factor: config.offsets_topic_replication_factor,
-                    assignments: Vec::new(),
-                    configs: vec![
-                        ("cleanup.policy".to_owned(), Some("compact".to_owned())),
-                        (
-                            "segment.bytes".to_owned(),
-                            Some(config.offsets_topic_segment_bytes.to_string()),
-                        ),
-                    ],
-                }],
-                false,
-            )
+            .auto_create_topics(vec![NewTopic {
+                name: GROUP_METADATA_TOPIC_NAME.to_owned(),
+                num_partitions: config.offsets_topic_num_partitions,
+                replication_factor: config.offsets_topic_replication_factor,
+                assignments: Vec::new(),
+                configs: vec![
+                    ("cleanup.policy".to_owned(), Some("compact".to_owned())),
+                    (
+                        "segment.bytes".to_owned(),
+                        Some(config.offsets_topic_segment_bytes.to_string()),
+                    ),
+                ],
+            }])
             .await;
         match created.into_iter().next() {
             Some(Ok(_)) => {}

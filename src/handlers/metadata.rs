@@ -44,6 +44,8 @@ pub async fn handle(
         allow = request.allow_auto_topic_creation,
         "metadata"
     );
+    // Created by this request but not yet told by the controller.
+    let mut created = Vec::new();
     if let Some(names) = &requested {
         let allowed = version < 4 || request.allow_auto_topic_creation;
         let missing: Vec<NewTopic> = names
@@ -57,9 +59,12 @@ pub async fn handle(
             })
             .collect();
         if allowed && broker.config.auto_create_topics_enable && !missing.is_empty() {
-            for result in broker.control.create_topics(missing, false).await {
-                if let Err(error) = result {
-                    tracing::warn!(?error, "automatic topic creation failed");
+            let names: Vec<String> = missing.iter().map(|t| t.name.clone()).collect();
+            let results = broker.control.auto_create_topics(missing).await;
+            for (name, result) in names.into_iter().zip(results) {
+                match result {
+                    Ok(_) => created.push(name),
+                    Err(error) => tracing::warn!(?error, "automatic topic creation failed"),
                 }
             }
             image = broker.image();
@@ -76,7 +81,10 @@ pub async fn handle(
             .map(|name| match image.topic(name) {
                 Some(topic) => topic_response(&image, topic, version),
                 None => {
-                    let code = if validate_topic_name(name).is_ok() {
+                    let code = if created.contains(name) {
+                        // Kafka's answer for a topic it is creating.
+                        ResponseError::LeaderNotAvailable.code()
+                    } else if validate_topic_name(name).is_ok() {
                         ResponseError::UnknownTopicOrPartition.code()
                     } else {
                         ResponseError::InvalidTopicException.code()
@@ -90,11 +98,12 @@ pub async fn handle(
     };
     let brokers = image
         .broker_endpoints(&ctx.listener_name)
-        .map(|(id, endpoint)| {
+        .map(|(broker, endpoint)| {
             MetadataResponseBroker::default()
-                .with_node_id(BrokerId(id))
+                .with_node_id(BrokerId(broker.id))
                 .with_host(StrBytes::from_string(endpoint.host.clone()))
                 .with_port(i32::from(endpoint.port))
+                .with_rack(broker.rack.clone().map(StrBytes::from_string))
         })
         .collect();
     let mut response = MetadataResponse::default()

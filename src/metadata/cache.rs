@@ -76,7 +76,15 @@ impl MetadataCache {
                     })
                     .collect();
                 let id = broker.id.0;
-                (id, Broker { id, endpoints })
+                let rack = broker.rack.as_ref().map(|rack| rack.to_string());
+                (
+                    id,
+                    Broker {
+                        id,
+                        endpoints,
+                        rack,
+                    },
+                )
             })
             .collect();
         // v0-4 list partitions ungrouped; v5+ by topic, with topic ids from v7.
@@ -119,6 +127,17 @@ impl MetadataCache {
             );
         }
         Ok(())
+    }
+
+    pub fn brokers(&self) -> impl Iterator<Item = &Broker> {
+        self.brokers.values()
+    }
+
+    /// Whether the topic's first `partitions` partitions all have a leader.
+    pub fn has_leaders(&self, topic: &str, partitions: i32) -> bool {
+        self.topics.get(topic).is_some_and(|topic| {
+            (0..partitions).all(|p| topic.partitions.get(&p).is_some_and(|p| p.leader >= 0))
+        })
     }
 
     pub fn topic_names(&self) -> impl Iterator<Item = &String> {

@@ -29,11 +29,13 @@ impl EndPoint {
     }
 }
 
-/// A registered broker (Kafka's `Broker`): its id and advertised listeners.
+/// A registered broker (Kafka's `Broker`): its id, advertised listeners and
+/// `broker.rack`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Broker {
     pub id: i32,
     pub endpoints: Vec<EndPoint>,
+    pub rack: Option<String>,
 }
 
 impl Broker {
@@ -117,10 +119,10 @@ impl MetadataImage {
     pub fn broker_endpoints<'a>(
         &'a self,
         listener_name: &'a str,
-    ) -> impl Iterator<Item = (i32, &'a EndPoint)> + 'a {
+    ) -> impl Iterator<Item = (&'a Broker, &'a EndPoint)> + 'a {
         self.brokers
             .values()
-            .filter_map(move |broker| Some((broker.id, broker.endpoint(listener_name)?)))
+            .filter_map(move |broker| Some((broker, broker.endpoint(listener_name)?)))
     }
 
     /// Adds a topic, findable by name and by id.

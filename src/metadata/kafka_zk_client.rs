@@ -345,8 +345,10 @@ impl<Z: ZkClient> KafkaZkClient<Z> {
         join_all(ops.into_iter().map(|op| self.fenced(epoch, op))).await
     }
 
-    pub async fn get_all_topics_in_cluster(&self) -> Result<Vec<String>, ZkError> {
-        self.zk.get_children(TopicsZNode::PATH).await
+    /// Every topic; the controller watches them for topics other brokers
+    /// create (Kafka's TopicChange).
+    pub async fn get_all_topics_in_cluster_and_watch(&self) -> Result<Vec<String>, ZkError> {
+        self.zk.get_children_and_watch(TopicsZNode::PATH).await
     }
 
     pub async fn get_topic(
@@ -430,29 +432,38 @@ impl<Z: ZkClient> KafkaZkClient<Z> {
             Ok(_) | Err(ZkError::NodeExists(_)) => {}
             Err(error) => return Err(error.into()),
         }
-        let parents = states.iter().map(|(partition, _)| Op::Create {
-            path: format!(
-                "{}/{partition}",
-                TopicPartitionStateZNode::partitions_path(topic)
-            ),
-            data: Vec::new(),
-            mode: CreateMode::Persistent,
-        });
-        let nodes = states.iter().map(|(partition, state)| Op::Create {
-            path: TopicPartitionStateZNode::path(topic, *partition),
-            data: state.encode(),
-            mode: CreateMode::Persistent,
-        });
-        let ops: Vec<Op> = parents.chain(nodes).collect();
-        let mut versions = Vec::with_capacity(states.len());
-        for (index, created) in self.fenced_all(epoch, ops).await.into_iter().enumerate() {
+        // The parents first, all answered, then the states: requests issued
+        // together may reach the server in any order.
+        let parents = states
+            .iter()
+            .map(|(partition, _)| Op::Create {
+                path: format!(
+                    "{}/{partition}",
+                    TopicPartitionStateZNode::partitions_path(topic)
+                ),
+                data: Vec::new(),
+                mode: CreateMode::Persistent,
+            })
+            .collect();
+        for created in self.fenced_all(epoch, parents).await {
             match created {
-                Ok(OpResult::Create { stat, .. }) if index >= states.len() => {
-                    versions.push(stat.version)
-                }
-                Ok(_) | Err(KafkaZkError::Zk(ZkError::NodeExists(_))) if index < states.len() => {}
-                Ok(other) => unreachable!("a create answered {other:?}"),
+                Ok(_) | Err(KafkaZkError::Zk(ZkError::NodeExists(_))) => {}
                 Err(error) => return Err(error),
+            }
+        }
+        let nodes = states
+            .iter()
+            .map(|(partition, state)| Op::Create {
+                path: TopicPartitionStateZNode::path(topic, *partition),
+                data: state.encode(),
+                mode: CreateMode::Persistent,
+            })
+            .collect();
+        let mut versions = Vec::with_capacity(states.len());
+        for created in self.fenced_all(epoch, nodes).await {
+            match created? {
+                OpResult::Create { stat, .. } => versions.push(stat.version),
+                other => unreachable!("a create answered {other:?}"),
             }
         }
         Ok(versions)

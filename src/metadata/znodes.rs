@@ -76,7 +76,6 @@ impl BrokerIdsZNode {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BrokerIdZNode {
     pub broker: Broker,
-    pub rack: Option<String>,
     pub timestamp_ms: i64,
 }
 
@@ -106,7 +105,7 @@ impl BrokerIdZNode {
             "timestamp": self.timestamp_ms.to_string(),
             "version": 5,
         });
-        if let Some(rack) = &self.rack {
+        if let Some(rack) = &self.broker.rack {
             registration["rack"] = json!(rack);
         }
         registration.to_string().into_bytes()
@@ -139,8 +138,11 @@ impl BrokerIdZNode {
             .collect::<Option<Vec<_>>>()
             .ok_or_else(|| missing(&path, "endpoints"))?;
         Ok(Self {
-            broker: Broker { id, endpoints },
-            rack: value["rack"].as_str().map(str::to_owned),
+            broker: Broker {
+                id,
+                endpoints,
+                rack: value["rack"].as_str().map(str::to_owned),
+            },
             timestamp_ms: value["timestamp"]
                 .as_str()
                 .and_then(|ms| ms.parse().ok())
@@ -525,8 +527,8 @@ mod tests {
                     endpoint("INTERNAL", "::1", 19093),
                     endpoint("CLIENTS", "127.0.0.1", 19092),
                 ],
+                rack: Some("r1".into()),
             },
-            rack: Some("r1".into()),
             timestamp_ms: 1_796_110_880_931,
         };
         let value: Value = serde_json::from_slice(&registration.encode()).unwrap();
@@ -557,15 +559,13 @@ mod tests {
                 broker: Broker {
                     id: 1,
                     endpoints: vec![endpoint("PLAINTEXT", "127.0.0.1", 19092)],
+                    rack: Some("r1".into()),
                 },
-                rack: Some("r1".into()),
                 timestamp_ms: 1_796_110_880_931,
             })
         );
-        let no_rack = BrokerIdZNode {
-            rack: None,
-            ..BrokerIdZNode::decode(1, kafka).unwrap()
-        };
+        let mut no_rack = BrokerIdZNode::decode(1, kafka).unwrap();
+        no_rack.broker.rack = None;
         let value: Value = serde_json::from_slice(&no_rack.encode()).unwrap();
         assert!(value.get("rack").is_none(), "rack only when configured");
     }

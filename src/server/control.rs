@@ -17,7 +17,8 @@ use shards::runtime::ShardPlacement;
 use tracing::warn;
 
 use crate::controller::{
-    alter_topic_config, ConfigOp, ControllerEvent, KafkaController, NewTopic, TopicDefaults,
+    alter_topic_config, create_topics_in_zk, ConfigOp, ControllerEvent, KafkaController, NewTopic,
+    TopicDefaults,
 };
 use crate::metadata::cache::MetadataCache;
 use crate::metadata::image::{kafka_uuid_string, LocalReplica, MetadataImage};
@@ -27,6 +28,7 @@ use crate::metadata::topic_configs::TopicConfigs;
 use crate::metadata::zk_client::{EventType, ZkClient, ZkEvent, ZkEventReceiver};
 use crate::metadata::znodes::{
     BrokerIdZNode, BrokerIdsZNode, ConfigChangeZNode, ControllerZNode, DeleteTopicsZNode,
+    TopicsZNode,
 };
 use crate::metadata::zookeeper::{ZooKeeperClient, ZooKeeperConfig};
 use crate::protocol::inter_broker::{
@@ -45,6 +47,13 @@ pub enum ControlRequest {
     CreateTopics {
         topics: Vec<NewTopic>,
         validate_only: bool,
+        /// How long the answer may wait for this broker to learn the leaders.
+        timeout_ms: i32,
+        reply: oneshot::Sender<Vec<Result<(i32, i16), ApiError>>>,
+    },
+    /// Topics a client's Metadata or FindCoordinator creates, on any broker.
+    AutoCreateTopics {
+        topics: Vec<NewTopic>,
         reply: oneshot::Sender<Vec<Result<(i32, i16), ApiError>>>,
     },
     DeleteTopics {
@@ -173,19 +182,37 @@ impl ControlClient {
         self.ask(make).await.map_err(|error| error.error)?
     }
 
+    /// CreateTopics: answered once this broker knows every new partition's
+    /// leader, or after `timeout_ms` (REQUEST_TIMED_OUT for the topics whose
+    /// leaders it does not know yet).
     pub async fn create_topics(
         &self,
         topics: Vec<NewTopic>,
         validate_only: bool,
+        timeout_ms: i32,
     ) -> Vec<Result<(i32, i16), ApiError>> {
         let count = topics.len();
         self.ask(|reply| ControlRequest::CreateTopics {
             topics,
             validate_only,
+            timeout_ms,
             reply,
         })
         .await
         .unwrap_or_else(|error| vec![Err(error); count])
+    }
+
+    /// Creates topics for a client that needs them (Metadata's
+    /// auto-creation, `__consumer_offsets`): through the controller here,
+    /// or in ZooKeeper directly from any other broker, as Kafka does.
+    pub async fn auto_create_topics(
+        &self,
+        topics: Vec<NewTopic>,
+    ) -> Vec<Result<(i32, i16), ApiError>> {
+        let count = topics.len();
+        self.ask(|reply| ControlRequest::AutoCreateTopics { topics, reply })
+            .await
+            .unwrap_or_else(|error| vec![Err(error); count])
     }
 
     pub async fn delete_topics(&self, names: Vec<String>) -> Vec<Result<(), ApiError>> {
@@ -355,6 +382,34 @@ enum ControlEvent {
     Zk(ZkEvent),
     /// What a broker answered the controller.
     Controller(ControllerEvent),
+    /// A CreateTopics' wait for its leaders ran out.
+    CreationExpired(u64),
+}
+
+/// Kafka's DelayedCreatePartitions: a CreateTopics answer waiting for this
+/// broker's cache to know the leaders of the topics it created.
+struct PendingCreation {
+    id: u64,
+    /// Each requested topic's name, with its result.
+    names: Vec<String>,
+    results: Vec<Result<(i32, i16), ApiError>>,
+    reply: oneshot::Sender<Vec<Result<(i32, i16), ApiError>>>,
+}
+
+impl PendingCreation {
+    /// Whether `cache` knows the leaders of every topic created.
+    fn is_complete(&self, cache: &MetadataCache) -> bool {
+        self.created()
+            .all(|(name, partitions)| cache.has_leaders(name, partitions))
+    }
+
+    /// The created topics and their partition counts.
+    fn created(&self) -> impl Iterator<Item = (&str, i32)> + '_ {
+        self.names
+            .iter()
+            .zip(&self.results)
+            .filter_map(|(name, result)| Some((name.as_str(), result.as_ref().ok()?.0)))
+    }
 }
 
 pub struct ControlPlane<Z> {
@@ -367,6 +422,11 @@ pub struct ControlPlane<Z> {
     told: Option<ToldByController>,
     /// What brokers answer this broker's controller, until `run` takes it.
     controller_events: Option<local_channel::LocalReceiver<ControllerEvent>>,
+    /// CreateTopics answers waiting for their leaders, and the next one's id.
+    pending_creations: Vec<PendingCreation>,
+    next_creation_id: u64,
+    /// The queue `run` processes, for timers; gone once it ends.
+    events: std::rc::Weak<local_channel::LocalSender<ControlEvent>>,
     /// This broker's registration's czxid.
     broker_epoch: i64,
     placement: Arc<ShardPlacement>,
@@ -424,6 +484,9 @@ impl<Z: ZkClient> ControlPlane<Z> {
             controller,
             told,
             controller_events: Some(events_rx),
+            pending_creations: Vec::new(),
+            next_creation_id: 0,
+            events: std::rc::Weak::new(),
             broker_epoch,
             placement,
             broker_id,
@@ -519,6 +582,7 @@ impl<Z: ZkClient> ControlPlane<Z> {
         let (merged_tx, merged_rx) =
             local_channel::new_bounded::<ControlEvent>(CONTROL_CHANNEL_CAPACITY);
         let merged_tx = std::rc::Rc::new(merged_tx);
+        self.events = std::rc::Rc::downgrade(&merged_tx);
         let mut shards_left = Vec::new();
         for receiver in ends.requests {
             let merged_tx = merged_tx.clone();
@@ -585,6 +649,10 @@ impl<Z: ZkClient> ControlPlane<Z> {
                         .await;
                     (false, Box::new(|| ()) as _)
                 }
+                ControlEvent::CreationExpired(id) => {
+                    self.expire_creation(id);
+                    (false, Box::new(|| ()) as _)
+                }
             };
             if let Some(image) = changed.then(|| self.next_image()).flatten() {
                 for shard in &images {
@@ -602,6 +670,7 @@ impl<Z: ZkClient> ControlPlane<Z> {
                 }
             }
             reply();
+            self.complete_creations();
         }
     }
 
@@ -612,10 +681,27 @@ impl<Z: ZkClient> ControlPlane<Z> {
             ControlRequest::CreateTopics {
                 topics,
                 validate_only,
+                timeout_ms,
                 reply,
             } => {
                 let results = self.controller.create_topics(&topics, validate_only).await;
                 let changed = !validate_only && results.iter().any(Result::is_ok);
+                if changed && timeout_ms > 0 && self.told.is_some() {
+                    self.delay_creation(&topics, results, timeout_ms, reply);
+                    return (changed, Box::new(|| ()));
+                }
+                (changed, Box::new(move || drop(reply.send(results))))
+            }
+            ControlRequest::AutoCreateTopics { topics, reply } => {
+                let results = match &self.told {
+                    Some(told) if !self.controller.is_active() => {
+                        let brokers: Vec<_> = told.cache.brokers().cloned().collect();
+                        let defaults = self.controller.topic_defaults();
+                        create_topics_in_zk(&self.zk, defaults, &brokers, &topics).await
+                    }
+                    _ => self.controller.create_topics(&topics, false).await,
+                };
+                let changed = results.iter().any(Result::is_ok);
                 (changed, Box::new(move || drop(reply.send(results))))
             }
             ControlRequest::DeleteTopics { names, reply } => {
@@ -710,6 +796,71 @@ impl<Z: ZkClient> ControlPlane<Z> {
                 (false, Box::new(move || drop(reply.send(result))))
             }
         }
+    }
+
+    /// Holds a CreateTopics answer until this broker knows the leaders of
+    /// the topics it created, at most `timeout_ms`.
+    fn delay_creation(
+        &mut self,
+        topics: &[NewTopic],
+        results: Vec<Result<(i32, i16), ApiError>>,
+        timeout_ms: i32,
+        reply: oneshot::Sender<Vec<Result<(i32, i16), ApiError>>>,
+    ) {
+        let id = self.next_creation_id;
+        self.next_creation_id += 1;
+        self.pending_creations.push(PendingCreation {
+            id,
+            names: topics.iter().map(|topic| topic.name.clone()).collect(),
+            results,
+            reply,
+        });
+        let events = self.events.clone();
+        let timeout = std::time::Duration::from_millis(timeout_ms as u64);
+        glommio::spawn_local(async move {
+            glommio::timer::sleep(timeout).await;
+            if let Some(events) = events.upgrade() {
+                let _ = events.send(ControlEvent::CreationExpired(id)).await;
+            }
+        })
+        .detach();
+    }
+
+    /// Answers every waiting CreateTopics whose leaders this broker knows.
+    fn complete_creations(&mut self) {
+        let Some(told) = self.told.as_ref() else {
+            return;
+        };
+        let (done, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.pending_creations)
+            .into_iter()
+            .partition(|pending| pending.is_complete(&told.cache));
+        self.pending_creations = waiting;
+        for pending in done {
+            let _ = pending.reply.send(pending.results);
+        }
+    }
+
+    /// A waiting CreateTopics ran out of time: REQUEST_TIMED_OUT for each
+    /// topic whose leaders this broker does not know yet (Kafka's answer).
+    fn expire_creation(&mut self, id: u64) {
+        let Some(index) = self.pending_creations.iter().position(|p| p.id == id) else {
+            return;
+        };
+        let mut pending = self.pending_creations.remove(index);
+        let cache = &self.told.as_ref().expect("ZooKeeper mode").cache;
+        for (name, result) in pending.names.iter().zip(pending.results.iter_mut()) {
+            let known = match result {
+                Ok((partitions, _)) => cache.has_leaders(name, *partitions),
+                Err(_) => true,
+            };
+            if !known {
+                *result = Err(ApiError::new(
+                    ResponseError::RequestTimedOut,
+                    format!("the leaders of topic '{name}' are not known yet"),
+                ));
+            }
+        }
+        let _ = pending.reply.send(pending.results);
     }
 
     /// UpdateMetadata from the controller: merged into the cache, with the
@@ -893,6 +1044,12 @@ impl<Z: ZkClient> ControlPlane<Z> {
             }
             (ConfigChangeZNode::PATH, EventType::NodeChildrenChanged) => {
                 self.on_config_changes().await
+            }
+            (TopicsZNode::PATH, EventType::NodeChildrenChanged) => {
+                if let Err(error) = self.controller.on_topic_change().await {
+                    tracing::error!(%error, "cannot read the topics");
+                }
+                self.told.is_none()
             }
             (BrokerIdsZNode::PATH, EventType::NodeChildrenChanged) => {
                 if let Err(error) = self.controller.on_broker_change().await {

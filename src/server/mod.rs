@@ -91,8 +91,8 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
                     },
                 })
                 .collect(),
+            rack: config.rack.clone(),
         },
-        rack: config.rack.clone(),
         timestamp_ms: shards::log::wall_clock_ms(),
     };
     let defaults = TopicDefaults {
