@@ -35,6 +35,17 @@ pub struct BrokerSources {
     pub kafka_run_class: PathBuf,
     /// Extra `key=value` lines for ringbroker's server.properties.
     pub ringbroker_overrides: Vec<String>,
+    /// Kafka 3.9.1's jars (tests/support/kafka-3.9/fetch.sh), for W6's
+    /// ZooKeeper-mode cluster: ZooKeeper itself and Kafka's brokers.
+    pub kafka_zk_jars: PathBuf,
+}
+
+/// How a broker runs: alone (ringbroker's embedded metadata, Kafka's single
+/// KRaft node), or as broker `broker_id` of a ZooKeeper-mode cluster.
+#[derive(Debug, Clone, Copy)]
+pub enum Mode<'a> {
+    Single,
+    ZooKeeper { connect: &'a str, broker_id: i32 },
 }
 
 pub struct RunningBroker {
@@ -99,6 +110,33 @@ log.retention.check.interval.ms=300000
     )
 }
 
+/// Kafka 3.9's shipped `config/server.properties` for a ZooKeeper-mode
+/// broker, with this run's broker id, port, directory and ZooKeeper.
+fn kafka_zk_server_properties(broker_id: i32, port: u16, log_dir: &Path, connect: &str) -> String {
+    format!(
+        "broker.id={broker_id}
+listeners=PLAINTEXT://127.0.0.1:{port}
+zookeeper.connect={connect}
+zookeeper.connection.timeout.ms=18000
+num.network.threads=3
+num.io.threads=8
+socket.send.buffer.bytes=102400
+socket.receive.buffer.bytes=102400
+socket.request.max.bytes=104857600
+log.dirs={}
+num.partitions=1
+num.recovery.threads.per.data.dir=1
+offsets.topic.replication.factor=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+log.retention.hours=168
+log.retention.check.interval.ms=300000
+group.initial.rebalance.delay.ms=0
+",
+        log_dir.display()
+    )
+}
+
 /// The JVM options Kafka's start scripts set: kafka-server-start.sh's heap,
 /// kafka-run-class.sh's G1 settings.
 const KAFKA_HEAP_OPTS: &str = "-Xmx1G -Xms1G";
@@ -114,9 +152,19 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// Starts `kind` in a fresh `dir` on a free loopback port and waits for its
-/// first Metadata answer.
+/// Starts `kind` alone in a fresh `dir` on a free loopback port and waits
+/// for its first Metadata answer.
 pub fn start(kind: BrokerKind, sources: &BrokerSources, dir: &Path) -> RunningBroker {
+    start_with(kind, sources, dir, Mode::Single)
+}
+
+/// `start`, in `mode`.
+pub fn start_with(
+    kind: BrokerKind,
+    sources: &BrokerSources,
+    dir: &Path,
+    mode: Mode,
+) -> RunningBroker {
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir).expect("create the broker directory");
     let port = free_port();
@@ -124,10 +172,17 @@ pub fn start(kind: BrokerKind, sources: &BrokerSources, dir: &Path) -> RunningBr
     let mut command = match kind {
         BrokerKind::Ringbroker => {
             let config = dir.join("server.properties");
+            let membership = match mode {
+                Mode::Single => "broker.id=0\n".to_owned(),
+                // The metrics port is per broker: three on one machine.
+                Mode::ZooKeeper { connect, broker_id } => format!(
+                    "broker.id={broker_id}\nzookeeper.connect={connect}\nringbroker.metrics.port=0\n"
+                ),
+            };
             std::fs::write(
                 &config,
                 format!(
-                    "broker.id=0\nlisteners=PLAINTEXT://127.0.0.1:{port}\nlog.dirs={}\n\
+                    "{membership}listeners=PLAINTEXT://127.0.0.1:{port}\nlog.dirs={}\n\
                      offsets.topic.replication.factor=1\n{}",
                     dir.join("data").display(),
                     sources
@@ -140,6 +195,27 @@ pub fn start(kind: BrokerKind, sources: &BrokerSources, dir: &Path) -> RunningBr
             .expect("write server.properties");
             let mut command = Command::new(&sources.ringbroker_bin);
             command.arg("start").arg(config);
+            command
+        }
+        BrokerKind::Kafka if matches!(mode, Mode::ZooKeeper { .. }) => {
+            let Mode::ZooKeeper { connect, broker_id } = mode else {
+                unreachable!("matched")
+            };
+            let config = dir.join("server.properties");
+            std::fs::write(
+                &config,
+                kafka_zk_server_properties(broker_id, port, &dir.join("data"), connect),
+            )
+            .expect("write server.properties");
+            let mut command = Command::new(&sources.kafka_run_class);
+            command
+                .env("DEST", &sources.kafka_zk_jars)
+                .env(
+                    "KAFKA_HEAP_OPTS",
+                    format!("{KAFKA_HEAP_OPTS} {KAFKA_JVM_PERFORMANCE_OPTS}"),
+                )
+                .arg("kafka.Kafka")
+                .arg(config);
             command
         }
         BrokerKind::Kafka => {

@@ -2,5 +2,6 @@
 //! them through librdkafka, and the side-by-side report.
 
 pub mod brokers;
+pub mod cluster;
 pub mod report;
 pub mod workloads;

@@ -60,6 +60,7 @@ pub const METRICS: &[MetricSpec] = &[
     metric("W4 broker peak RSS MiB", false, None),
     metric("W5 start-up to first Metadata ms", false, Some(0.05)),
     metric("W5 idle RSS MiB", false, None),
+    metric("W6 create 1000 partitions on 3 brokers s", false, Some(2.0)),
 ];
 
 pub fn median(values: &[f64]) -> f64 {

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use bench::brokers::{self, BrokerKind, BrokerSources, RssSampler};
+use bench::cluster;
 use bench::report::{self, Metrics};
 use bench::workloads::{self, latency_ms, ProduceSpec};
 use clap::Parser;
@@ -31,6 +32,12 @@ struct Args {
     ringbroker_bin: PathBuf,
     #[arg(long, default_value = "tests/support/kafka/kafka-run-class.sh")]
     kafka_run_class: PathBuf,
+    /// Kafka 3.9.1's jars, for W6 (ZooKeeper and ZooKeeper-mode Kafka).
+    #[arg(long, default_value = "tests/.deps/kafka-3.9")]
+    kafka_zk_jars: PathBuf,
+    /// Only W6, topic creation on three-broker ZooKeeper-mode clusters.
+    #[arg(long)]
+    w6_only: bool,
     /// Runs of every workload per broker; medians are reported.
     #[arg(long, default_value_t = 3)]
     repeat: usize,
@@ -278,6 +285,29 @@ fn latency_run(
     metrics
 }
 
+/// W6 on fresh three-broker ZooKeeper-mode clusters: ringbrokers, or Kafka
+/// 3.9.1 brokers (the last Kafka with ZooKeeper mode).
+fn cluster_run(args: &Args, sources: &BrokerSources, kind: BrokerKind, progress: &str) -> Metrics {
+    eprintln!(
+        "{progress} {}: W6 1000 partitions created on 3 brokers in ZooKeeper mode",
+        kind.name()
+    );
+    let cluster = cluster::start(kind, sources, &args.work_dir.join("cluster"));
+    let created = workloads::create_topic(&cluster.bootstrap(), "w6", 1000);
+    cluster.stop();
+    eprintln!(
+        "{progress} {}: W6 {:.2} s",
+        kind.name(),
+        created.as_secs_f64()
+    );
+    let mut metrics = Metrics::new();
+    metrics.insert(
+        "W6 create 1000 partitions on 3 brokers s".into(),
+        created.as_secs_f64(),
+    );
+    metrics
+}
+
 fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
@@ -314,6 +344,7 @@ fn main() {
         ringbroker_bin: args.ringbroker_bin.clone(),
         kafka_run_class: args.kafka_run_class.clone(),
         ringbroker_overrides: args.ringbroker_config.clone(),
+        kafka_zk_jars: args.kafka_zk_jars.clone(),
     };
     assert!(
         sources.ringbroker_bin.exists(),
@@ -338,7 +369,7 @@ fn main() {
     };
     let mut ours: Vec<Metrics> = Vec::new();
     let mut theirs: Vec<Metrics> = Vec::new();
-    for repeat in (0..args.repeat).filter(|_| !args.latency_only) {
+    for repeat in (0..args.repeat).filter(|_| !args.latency_only && !args.w6_only) {
         for kind in kinds(repeat) {
             let progress = format!(
                 "[{:>4.0}s run {}/{}]",
@@ -353,13 +384,38 @@ fn main() {
             }
         }
     }
+    for repeat in (0..args.repeat).filter(|_| !args.latency_only) {
+        for kind in kinds(repeat) {
+            let progress = format!(
+                "[{:>4.0}s run {}/{}]",
+                started.elapsed().as_secs_f64(),
+                repeat + 1,
+                args.repeat
+            );
+            let metrics = cluster_run(&args, &sources, kind, &progress);
+            let runs = match kind {
+                BrokerKind::Ringbroker => &mut ours,
+                BrokerKind::Kafka => &mut theirs,
+            };
+            if runs.len() <= repeat {
+                runs.push(Metrics::new());
+            }
+            runs[repeat].extend(metrics);
+        }
+    }
     // W2's rate: half of Kafka's W1 maximum in this run.
-    let kafka_w1: Vec<f64> = theirs.iter().map(|m| m["W1 produce records/s"]).collect();
+    let kafka_w1: Vec<f64> = theirs
+        .iter()
+        .filter_map(|m| m.get("W1 produce records/s").copied())
+        .collect();
     let rate = args
         .w2_rate
         .unwrap_or_else(|| report::median(&kafka_w1) / 2.0);
-    assert!(rate.is_finite(), "W2 needs Kafka's W1 or --w2-rate");
-    for repeat in 0..args.repeat {
+    assert!(
+        rate.is_finite() || args.w6_only,
+        "W2 needs Kafka's W1 or --w2-rate"
+    );
+    for repeat in (0..args.repeat).filter(|_| !args.w6_only) {
         for kind in kinds(repeat) {
             let progress = format!(
                 "[{:>4.0}s run {}/{}]",
@@ -409,7 +465,9 @@ fn main() {
          omission corrected), end to end read by a consumer from the end; W3 the W1 topic \
          read back from the beginning; W4 {} records of 100 B round-robin over 1000 \
          partitions, acks=1, linger.ms=5; W5 spawn to the first Metadata answer, and resident \
-         memory after {} s idle. CPU: the broker process's user + system time (/proc) over the \
+         memory after {} s idle; W6 CreateTopics of 1000 partitions (replication factor 1) on a \
+         fresh three-broker ZooKeeper-mode cluster until a client sees every leader, against \
+         Kafka 3.9.1 in ZooKeeper mode (ZooKeeper 3.8.4 from its jars). CPU: the broker process's user + system time (/proc) over the \
          workload, per GiB of values moved; the client's the same for the load generator's \
          process (both share the machine's cores).\n\n{}\n\
          ![throughput]({throughput}) ![end-to-end latency]({e2e}) ![ack latency]({acks})\n\n\

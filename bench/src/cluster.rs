@@ -1,0 +1,113 @@
+//! W6's clusters: a ZooKeeper (3.8.4, from Kafka 3.9.1's jars) and three
+//! brokers in ZooKeeper mode on loopback, all ringbrokers or all Kafka 3.9.1
+//! brokers, each started fresh.
+
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::ClientConfig;
+
+use crate::brokers::{self, BrokerKind, BrokerSources, Mode, RunningBroker};
+
+/// Brokers in a W6 cluster.
+pub const BROKERS: i32 = 3;
+const START_TIMEOUT: Duration = Duration::from_secs(120);
+
+pub struct Cluster {
+    zookeeper: Child,
+    pub brokers: Vec<RunningBroker>,
+}
+
+impl Cluster {
+    /// Every broker's address, for a client's `bootstrap.servers`.
+    pub fn bootstrap(&self) -> String {
+        let addresses: Vec<&str> = self.brokers.iter().map(|b| b.address.as_str()).collect();
+        addresses.join(",")
+    }
+
+    /// The brokers (SIGTERM), then ZooKeeper.
+    pub fn stop(mut self) {
+        for broker in self.brokers.drain(..) {
+            broker.stop();
+        }
+        let _ = self.zookeeper.kill();
+        let _ = self.zookeeper.wait();
+    }
+}
+
+/// Starts ZooKeeper and three `kind` brokers under `dir`, and waits until a
+/// client sees all three.
+pub fn start(kind: BrokerKind, sources: &BrokerSources, dir: &Path) -> Cluster {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).expect("create the cluster directory");
+    let port = brokers::free_port();
+    let config = dir.join("zoo.cfg");
+    std::fs::write(
+        &config,
+        format!(
+            "tickTime=2000\ndataDir={}\nclientPort={port}\nclientPortAddress=127.0.0.1\n\
+             admin.enableServer=false\n",
+            dir.join("zookeeper").display()
+        ),
+    )
+    .expect("write zoo.cfg");
+    let log = std::fs::File::create(dir.join("zookeeper.log")).expect("create zookeeper.log");
+    let zookeeper = Command::new("java")
+        .arg("-cp")
+        .arg(format!("{}/libs/*", sources.kafka_zk_jars.display()))
+        .arg("org.apache.zookeeper.server.ZooKeeperServerMain")
+        .arg(&config)
+        .stdout(Stdio::from(log.try_clone().expect("clone the log handle")))
+        .stderr(Stdio::from(log))
+        .spawn()
+        .expect("start ZooKeeper");
+    let started = Instant::now();
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(started.elapsed() < START_TIMEOUT, "ZooKeeper did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let connect = format!("127.0.0.1:{port}/w6");
+    let brokers = (1..=BROKERS)
+        .map(|broker_id| {
+            let mode = Mode::ZooKeeper {
+                connect: &connect,
+                broker_id,
+            };
+            brokers::start_with(
+                kind,
+                sources,
+                &dir.join(format!("broker-{broker_id}")),
+                mode,
+            )
+        })
+        .collect();
+    let cluster = Cluster { zookeeper, brokers };
+    // Every broker, asked alone, lists all three: each has heard from the
+    // controller (UpdateMetadata carries the controller's id), so a client
+    // finds the controller whichever broker it asks first.
+    for broker in &cluster.brokers {
+        let probe: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &broker.address)
+            .create()
+            .expect("create a metadata client");
+        loop {
+            let seen = probe
+                .fetch_metadata(None, Duration::from_secs(10))
+                .map_or(0, |metadata| metadata.brokers().len());
+            if seen == BROKERS as usize {
+                break;
+            }
+            assert!(
+                started.elapsed() < START_TIMEOUT,
+                "{} cluster: {} sees {seen} brokers",
+                kind.name(),
+                broker.address
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    cluster
+}
