@@ -815,3 +815,73 @@ fn racks_are_reported_and_replicas_spread_over_them() {
         }
     }
 }
+
+#[test]
+fn the_java_client_and_cli_grow_a_topic_and_follow_a_killed_broker() {
+    let zk = ZooKeeper::start();
+    let mut brokers: Vec<_> = (1..=3).map(|id| zk.start_broker(CHROOT, id, &[])).collect();
+    let controller = controller_id(&zk).unwrap() as usize;
+    let down = (1..=3).find(|id| *id != controller).unwrap();
+    let all = brokers
+        .iter()
+        .map(|b| b.address())
+        .collect::<Vec<_>>()
+        .join(",");
+    let topics = |args: &[&str]| -> String {
+        let mut with = vec!["--bootstrap-server", all.as_str()];
+        with.extend_from_slice(args);
+        kafka_tool(TOPICS, &with, None)
+    };
+    topics(&["--create", "--topic", "java", "--partitions", "6", "--replication-factor", "1"]);
+    topics(&["--alter", "--topic", "java", "--partitions", "12"]);
+    // Every partition has its log on exactly one broker.
+    wait(Duration::from_secs(10), "12 partition logs", || {
+        brokers.iter().map(|b| partition_dirs(b, "java").len()).sum::<usize>() == 12
+    });
+    let described = topics(&["--describe", "--topic", "java"]);
+    assert!(described.contains("PartitionCount: 12"), "{described}");
+
+    let produce = |bootstrap: &str, from: usize| {
+        let lines: String = (from..from + 300).map(|i| format!("line-{i}\n")).collect();
+        kafka_tool(
+            "org.apache.kafka.tools.ConsoleProducer",
+            &["--bootstrap-server", bootstrap, "--topic", "java"],
+            Some(&lines),
+        );
+    };
+    produce(&all, 0);
+    // kill -9 a broker: the Java producer keeps to the partitions with a leader.
+    brokers[down - 1].kill();
+    let survivor = brokers[controller - 1].address();
+    wait(
+        SESSION_TIMEOUT + Duration::from_secs(3),
+        "its partitions leaderless",
+        || leaders(&survivor, "java").contains(&-1),
+    );
+    produce(&survivor, 300);
+    brokers[down - 1].restart();
+    wait(Duration::from_secs(15), "every partition led again", || {
+        let now = leaders(&survivor, "java");
+        now.len() == 12 && now.iter().all(|leader| *leader > 0)
+    });
+    let consumed = kafka_tool(
+        "org.apache.kafka.tools.consumer.ConsoleConsumer",
+        &[
+            "--bootstrap-server",
+            &all,
+            "--topic",
+            "java",
+            "--from-beginning",
+            "--max-messages",
+            "600",
+            "--timeout-ms",
+            "30000",
+        ],
+        None,
+    );
+    let mut got: Vec<&str> = consumed.lines().collect();
+    got.sort_unstable();
+    let mut want: Vec<String> = (0..600).map(|i| format!("line-{i}")).collect();
+    want.sort_unstable();
+    assert_eq!(got, want);
+}
