@@ -832,11 +832,23 @@ fn the_java_client_and_cli_grow_a_topic_and_follow_a_killed_broker() {
         with.extend_from_slice(args);
         kafka_tool(TOPICS, &with, None)
     };
-    topics(&["--create", "--topic", "java", "--partitions", "6", "--replication-factor", "1"]);
+    topics(&[
+        "--create",
+        "--topic",
+        "java",
+        "--partitions",
+        "6",
+        "--replication-factor",
+        "1",
+    ]);
     topics(&["--alter", "--topic", "java", "--partitions", "12"]);
     // Every partition has its log on exactly one broker.
     wait(Duration::from_secs(10), "12 partition logs", || {
-        brokers.iter().map(|b| partition_dirs(b, "java").len()).sum::<usize>() == 12
+        brokers
+            .iter()
+            .map(|b| partition_dirs(b, "java").len())
+            .sum::<usize>()
+            == 12
     });
     let described = topics(&["--describe", "--topic", "java"]);
     assert!(described.contains("PartitionCount: 12"), "{described}");
@@ -884,4 +896,128 @@ fn the_java_client_and_cli_grow_a_topic_and_follow_a_killed_broker() {
     let mut want: Vec<String> = (0..600).map(|i| format!("line-{i}")).collect();
     want.sort_unstable();
     assert_eq!(got, want);
+}
+
+/// A mixed cluster: Kafka 3.9.1 as the controller, a ringbroker as a broker.
+/// Kafka's own LeaderAndIsr, UpdateMetadata and StopReplica reach ringbroker,
+/// and ringbroker's ControlledShutdown reaches Kafka: the oracle for the
+/// inter-broker bytes in both directions.
+#[test]
+fn a_kafka_3_9_controller_runs_a_ringbroker() {
+    let zk = ZooKeeper::start();
+    let kafka = zk.start_kafka_broker(CHROOT, 1);
+    zk.wait_for(Duration::from_secs(60), "Kafka as controller", |zk| {
+        controller_id(zk) == Some(1)
+    });
+    let mut ours = zk.start_broker(CHROOT, 2, &[]);
+    let bootstrap = kafka.address();
+    let topics = |args: &[&str]| -> String {
+        let mut with = vec!["--bootstrap-server", bootstrap.as_str()];
+        with.extend_from_slice(args);
+        kafka_tool(TOPICS, &with, None)
+    };
+    wait(Duration::from_secs(30), "both brokers registered", || {
+        registered(&zk) == ["1", "2"]
+    });
+    // Every partition on ringbroker: Kafka's controller tells it with
+    // LeaderAndIsr v7 and UpdateMetadata v8.
+    topics(&[
+        "--create",
+        "--topic",
+        "mixed",
+        "--replica-assignment",
+        "2,2,2",
+    ]);
+    wait(
+        Duration::from_secs(20),
+        "ringbroker leading the topic",
+        || {
+            leaders(&ours.address(), "mixed") == [2, 2, 2]
+                && partition_dirs(&ours, "mixed").len() == 3
+        },
+    );
+    let input: String = (0..300).map(|i| format!("k{i}:v{i}\n")).collect();
+    kcat(
+        &[
+            "-b", &bootstrap, "-t", "mixed", "-P", "-K:", "-X", "acks=all",
+        ],
+        Some(&input),
+    );
+    let read = kcat(
+        &[
+            "-b", &bootstrap, "-t", "mixed", "-C", "-e", "-q", "-f", "%k:%s\n",
+        ],
+        None,
+    );
+    assert_eq!(read.lines().count(), 300, "{read}");
+
+    // Kafka deletes the topic with StopReplica; it waits for ringbroker's answers.
+    topics(&["--delete", "--topic", "mixed"]);
+    wait(Duration::from_secs(30), "ringbroker's logs deleted", || {
+        partition_dirs(&ours, "mixed").is_empty()
+    });
+    zk.wait_for(Duration::from_secs(30), "the topic's znodes gone", |zk| {
+        zk.get(&path("/brokers/topics/mixed")).is_none()
+            && zk.get(&path("/admin/delete_topics/mixed")).is_none()
+    });
+
+    // ControlledShutdown v3 to Kafka's controller, answered.
+    ours.stop();
+    assert!(
+        ours.log().contains("controlled shutdown succeeded"),
+        "{}",
+        ours.log()
+    );
+}
+
+/// The other way round: a ringbroker as the controller, a Kafka 3.9.1
+/// broker leading the topic it creates, deleting it and stopping under it.
+#[test]
+fn a_ringbroker_controller_runs_a_kafka_3_9_broker() {
+    let zk = ZooKeeper::start();
+    let ours = zk.start_broker(CHROOT, 1, &[]);
+    assert_eq!(controller_id(&zk), Some(1));
+    let kafka = zk.start_kafka_broker(CHROOT, 2);
+    wait(Duration::from_secs(60), "both brokers registered", || {
+        registered(&zk) == ["1", "2"]
+    });
+    let bootstrap = ours.address();
+    let topics = |args: &[&str]| -> String {
+        let mut with = vec!["--bootstrap-server", bootstrap.as_str()];
+        with.extend_from_slice(args);
+        kafka_tool(TOPICS, &with, None)
+    };
+    topics(&[
+        "--create",
+        "--topic",
+        "theirs",
+        "--replica-assignment",
+        "2,2,2",
+    ]);
+    // Kafka leads what ringbroker's LeaderAndIsr and UpdateMetadata told it.
+    wait(Duration::from_secs(20), "Kafka leading the topic", || {
+        leaders(&kafka.address(), "theirs") == [2, 2, 2]
+    });
+    let input: String = (0..300).map(|i| format!("k{i}:v{i}\n")).collect();
+    kcat(
+        &[
+            "-b", &bootstrap, "-t", "theirs", "-P", "-K:", "-X", "acks=all",
+        ],
+        Some(&input),
+    );
+    let read = kcat(
+        &[
+            "-b", &bootstrap, "-t", "theirs", "-C", "-e", "-q", "-f", "%k:%s\n",
+        ],
+        None,
+    );
+    assert_eq!(read.lines().count(), 300, "{read}");
+
+    // ringbroker's StopReplica deletes Kafka's logs; the znodes go once it answered.
+    topics(&["--delete", "--topic", "theirs"]);
+    zk.wait_for(Duration::from_secs(30), "the topic's znodes gone", |zk| {
+        zk.get(&path("/brokers/topics/theirs")).is_none()
+            && zk.get(&path("/admin/delete_topics/theirs")).is_none()
+    });
+    assert!(!kafka.log().contains("ERROR"), "{}", kafka.log());
 }

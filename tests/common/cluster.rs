@@ -95,6 +95,54 @@ impl ZooKeeper {
         Broker::start(&overrides)
     }
 
+    /// Starts a Kafka 3.9.1 broker `id` (ZooKeeper mode, from Maven
+    /// Central's jars) in the cluster under `chroot`, and waits until it
+    /// answers on its listener.
+    pub fn start_kafka_broker(&self, chroot: &str, id: i32) -> KafkaBroker {
+        let libs = fetch_kafka_jars("kafka-3.9");
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let config = dir.path().join("server.properties");
+        std::fs::write(
+            &config,
+            format!(
+                "broker.id={id}\nlisteners=PLAINTEXT://127.0.0.1:{port}\nzookeeper.connect={}\n\
+                 zookeeper.session.timeout.ms={}\nlog.dirs={}\noffsets.topic.replication.factor=1\n\
+                 group.initial.rebalance.delay.ms=0\n",
+                self.connect(chroot),
+                SESSION_TIMEOUT.as_millis(),
+                dir.path().join("data").display()
+            ),
+        )
+        .unwrap();
+        let log = std::fs::File::create(dir.path().join("kafka.log")).unwrap();
+        let dest = std::path::Path::new(&libs).parent().unwrap().to_owned();
+        let child = Command::new(super::repo_root().join("tests/support/kafka/kafka-run-class.sh"))
+            .env("DEST", dest)
+            .env("KAFKA_HEAP_OPTS", "-Xmx512M -Xms512M")
+            .arg("kafka.Kafka")
+            .arg(&config)
+            .stdout(Stdio::from(log.try_clone().unwrap()))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("start Kafka 3.9.1");
+        let broker = KafkaBroker {
+            port,
+            child: Some(child),
+            dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(90);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "Kafka 3.9.1 did not start:\n{}",
+                broker.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        broker
+    }
+
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("zookeeper.log")).unwrap_or_default()
     }
@@ -191,3 +239,33 @@ impl asyncs::task::Spawn for TestSpawner {
 }
 
 static TEST_SPAWNER: TestSpawner = TestSpawner;
+
+/// A Kafka 3.9.1 broker in ZooKeeper mode: the oracle for the controller's
+/// requests and a member of mixed clusters.
+pub struct KafkaBroker {
+    pub port: u16,
+    child: Option<Child>,
+    dir: tempfile::TempDir,
+}
+
+impl KafkaBroker {
+    pub fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("kafka.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for KafkaBroker {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("--- Kafka 3.9.1 log ---\n{}", self.log());
+        }
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
