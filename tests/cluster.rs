@@ -629,6 +629,16 @@ fn a_config_change_on_any_broker_reaches_every_broker() {
     }
 }
 
+/// How many brokers `address` lists in its Metadata answer.
+fn brokers_seen(address: &str) -> usize {
+    use kafka_protocol::messages::{ApiKey, MetadataRequest, MetadataResponse};
+    let mut client = common::Client::connect(address);
+    let request = MetadataRequest::default().with_topics(Some(Vec::new()));
+    client
+        .call::<_, MetadataResponse>(ApiKey::Metadata, 12, &request)
+        .map_or(0, |response| response.brokers.len())
+}
+
 /// The coordinator `address` names for `group` (FindCoordinator v3); None
 /// while it answers with an error (COORDINATOR_NOT_AVAILABLE at first).
 fn find_coordinator(address: &str, group: &str) -> Option<i32> {
@@ -656,6 +666,12 @@ fn brokers_other_than_the_controller_create_topics_and_serve_groups() {
     let others: Vec<usize> = (1..=3).filter(|id| *id != controller).collect();
     let address = |id: usize| brokers[id - 1].address();
 
+    // Each broker lists the others once the controller told it.
+    for id in 1..=3 {
+        wait(Duration::from_secs(10), "every broker known", || {
+            brokers_seen(&address(id)) == 3
+        });
+    }
     // Auto-creation through a broker that is not the controller: it writes
     // the topic's znodes, the controller's watch does the rest.
     let input: String = (0..RECORDS).map(|i| format!("k{i}:v{i}\n")).collect();

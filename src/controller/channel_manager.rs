@@ -5,8 +5,9 @@
 //!
 //! LeaderAndIsr and StopReplica go in order; one merges into the request
 //! queued before it when that is of its kind and not yet sent (a partition's
-//! newer state replacing its older one), so a broker that does not answer
-//! holds at most one request per change of kind. Every UpdateMetadata carries
+//! newer state replacing its older one). A broker's queue holds at most
+//! `MAX_QUEUED_REQUESTS`: when full it is emptied, and the controller sends
+//! the broker its whole state instead, as to a broker that joins. Every UpdateMetadata carries
 //! the whole state, so it has one slot, sent once the queue is empty: a newer
 //! one replaces one not yet sent, keeping the deleted topics the older one
 //! announced. The controller never waits for a broker, which matters when the
@@ -36,6 +37,8 @@ use crate::protocol::ResponseError;
 const SOCKET_TIMEOUT: Duration = Duration::from_secs(30);
 /// Between attempts at a broker that did not answer.
 const RETRY_BACKOFF: Duration = Duration::from_millis(100);
+/// LeaderAndIsr and StopReplica requests queued for one broker at most.
+const MAX_QUEUED_REQUESTS: usize = 32;
 /// The largest response the controller reads.
 const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
 
@@ -71,7 +74,9 @@ impl Pending {
         self.update_metadata.take().map(Outgoing::UpdateMetadata)
     }
 
-    fn push(&mut self, request: BrokerRequest) {
+    /// Queues `request`; false when the queue was full, and is now empty.
+    fn push(&mut self, request: BrokerRequest) -> bool {
+        let full = self.queue.len() == MAX_QUEUED_REQUESTS;
         match (self.queue.back_mut(), request) {
             (Some(BrokerRequest::LeaderAndIsr(older)), BrokerRequest::LeaderAndIsr(newer)) => {
                 merge_leader_and_isr(older, newer)
@@ -79,8 +84,13 @@ impl Pending {
             (Some(BrokerRequest::StopReplica(older)), BrokerRequest::StopReplica(newer)) => {
                 merge_stop_replica(older, newer)
             }
+            (_, _) if full => {
+                self.queue.clear();
+                return false;
+            }
             (_, request) => self.queue.push_back(request),
         }
+        true
     }
 
     fn push_update_metadata(&mut self, request: UpdateMetadataRequest) {
@@ -228,9 +238,13 @@ impl ControllerChannelManager {
     }
 
     /// Hands a request to its broker's sender (dropped for a broker that is
-    /// not live: it is told everything when it comes back).
-    pub fn send(&self, broker: i32, request: BrokerRequest) {
-        self.with_pending(broker, |pending| pending.push(request));
+    /// not live: it is told everything when it comes back). False when the
+    /// broker's queue was full and was emptied: the caller sends it its whole
+    /// state.
+    pub fn send(&self, broker: i32, request: BrokerRequest) -> bool {
+        let mut queued = true;
+        self.with_pending(broker, |pending| queued = pending.push(request));
+        queued
     }
 
     /// Hands each UpdateMetadata to its broker's sender, replacing one not yet sent.
@@ -479,5 +493,19 @@ mod tests {
                 "UpdateMetadata"
             ]
         );
+
+        // A full queue is emptied: the controller sends the whole state instead.
+        let mut pending = Pending::default();
+        for partition in 0..MAX_QUEUED_REQUESTS as i32 {
+            let kind = match partition % 2 {
+                0 => leader_and_isr(partition, 1),
+                _ => BrokerRequest::StopReplica(StopReplicaRequest::default()),
+            };
+            assert!(pending.push(kind));
+        }
+        assert_eq!(pending.queue.len(), MAX_QUEUED_REQUESTS);
+        assert!(!pending.push(leader_and_isr(99, 1)));
+        assert!(pending.queue.is_empty());
+        assert!(pending.push(leader_and_isr(99, 1)));
     }
 }

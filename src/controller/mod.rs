@@ -231,15 +231,7 @@ impl<Z: ZkClient> KafkaController<Z> {
         info!(live = ?context.live_broker_ids(), ?joined, "live brokers changed");
         self.elect_after_broker_change().await?;
         self.send_update_metadata();
-        let theirs = self.partitions_of(|replicas| replicas.iter().any(|id| joined.contains(id)));
-        self.send_leader_and_isr(&theirs, false);
-        let deleting: Vec<String> = self
-            .context_mut()
-            .topics_being_deleted
-            .keys()
-            .cloned()
-            .collect();
-        self.send_stop_replica_deletions(&deleting, &joined);
+        self.send_whole_state(&joined);
         Ok(())
     }
 
@@ -325,11 +317,32 @@ impl<Z: ZkClient> KafkaController<Z> {
                 .map(|(name, partition)| (name.as_str(), *partition)),
             is_new,
         );
+        let mut overflowed = Vec::new();
         for (broker, request) in requests {
-            propagation
+            if !propagation
                 .channels
-                .send(broker, BrokerRequest::LeaderAndIsr(request));
+                .send(broker, BrokerRequest::LeaderAndIsr(request))
+            {
+                overflowed.push(broker);
+            }
         }
+        self.send_whole_state(&overflowed);
+    }
+
+    /// LeaderAndIsr for every replica `brokers` hold and StopReplica for
+    /// those of topics being deleted: for brokers that join, or whose queue
+    /// overflowed (emptied, so this fits).
+    fn send_whole_state(&self, brokers: &[i32]) {
+        if brokers.is_empty() {
+            return;
+        }
+        let theirs = self.partitions_of(|replicas| replicas.iter().any(|id| brokers.contains(id)));
+        self.send_leader_and_isr(&theirs, false);
+        let Some(context) = self.context.as_ref() else {
+            return;
+        };
+        let deleting: Vec<String> = context.topics_being_deleted.keys().cloned().collect();
+        self.send_stop_replica_deletions(&deleting, brokers);
     }
 
     /// Every partition a broker's coming or going changes: dead replicas out

@@ -79,13 +79,14 @@ impl<Z: ZkClient> KafkaController<Z> {
 
     /// StopReplica deleting the pending replicas of `topics` on `brokers`
     /// (the live ones; the others are sent theirs when they come back).
-    pub(super) fn send_stop_replica_deletions(&mut self, topics: &[String], brokers: &[i32]) {
+    pub(super) fn send_stop_replica_deletions(&self, topics: &[String], brokers: &[i32]) {
         let Some(context) = self.context.as_ref() else {
             return;
         };
         let Some(propagation) = self.propagation.as_ref() else {
             return;
         };
+        let mut overflowed = Vec::new();
         for name in topics {
             let Some(pending) = context.topics_being_deleted.get(name) else {
                 continue;
@@ -109,12 +110,14 @@ impl<Z: ZkClient> KafkaController<Z> {
                     name,
                     partitions,
                 );
-                propagation.channels.send(
-                    *broker,
-                    super::channel_manager::BrokerRequest::StopReplica(request),
-                );
+                let request = super::channel_manager::BrokerRequest::StopReplica(request);
+                if !propagation.channels.send(*broker, request) {
+                    overflowed.push(*broker);
+                }
             }
         }
+        overflowed.dedup();
+        self.send_whole_state(&overflowed);
     }
 
     /// A broker answered a StopReplica: each replica it deleted is done; one
