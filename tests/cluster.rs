@@ -296,7 +296,29 @@ fn topics_spread_over_brokers_and_clients_follow_a_killed_leader() {
     assert_eq!(got, expected);
 }
 
-const TOPICS: &str = "org.apache.kafka.tools.TopicCommand";
+/// kafka-topics against `bootstrap`; its output.
+fn kafka_topics(bootstrap: &str, args: &[&str]) -> String {
+    let mut all = vec!["--bootstrap-server", bootstrap];
+    all.extend_from_slice(args);
+    kafka_tool("org.apache.kafka.tools.TopicCommand", &all, None)
+}
+
+/// Produces `count` keyed records to `topic` through `bootstrap` with kcat
+/// (acks=all) and reads the topic back from the beginning: the lines read.
+fn produce_and_read_back(bootstrap: &str, topic: &str, count: usize) -> Vec<String> {
+    let input: String = (0..count).map(|i| format!("k{i}:v{i}\n")).collect();
+    kcat(
+        &["-b", bootstrap, "-t", topic, "-P", "-K:", "-X", "acks=all"],
+        Some(&input),
+    );
+    let read = kcat(
+        &[
+            "-b", bootstrap, "-t", topic, "-C", "-e", "-q", "-f", "%k:%s\n",
+        ],
+        None,
+    );
+    read.lines().map(str::to_owned).collect()
+}
 
 /// The partition directories of `topic` in a broker's log dir.
 fn partition_dirs(broker: &common::Broker, topic: &str) -> Vec<String> {
@@ -323,11 +345,7 @@ fn a_deleted_topic_leaves_every_broker_even_one_down_meanwhile() {
     // Not the controller: the admin client sends CreateTopics there itself.
     let up = (1..=3).find(|id| *id != controller && *id != down).unwrap();
     let bootstrap = brokers[index(up)].address();
-    let topics = |args: &[&str]| -> String {
-        let mut all = vec!["--bootstrap-server", bootstrap.as_str()];
-        all.extend_from_slice(args);
-        kafka_tool(TOPICS, &all, None)
-    };
+    let topics = |args: &[&str]| kafka_topics(&bootstrap, args);
     topics(&[
         "--create",
         "--topic",
@@ -428,11 +446,9 @@ fn a_stopping_broker_hands_its_leaderships_over_before_it_exits() {
     let controller = controller_id(&zk).unwrap() as i32;
     let stopping = (1..=3).find(|id| *id != controller).unwrap();
     let bootstrap = brokers[index(controller)].address();
-    kafka_tool(
-        TOPICS,
+    kafka_topics(
+        &bootstrap,
         &[
-            "--bootstrap-server",
-            &bootstrap,
             "--create",
             "--topic",
             "handover",
@@ -441,7 +457,6 @@ fn a_stopping_broker_hands_its_leaderships_over_before_it_exits() {
             "--replication-factor",
             "3",
         ],
-        None,
     );
     for broker in &brokers {
         wait(Duration::from_secs(10), "the topic on every broker", || {
@@ -777,11 +792,9 @@ fn racks_are_reported_and_replicas_spread_over_them() {
         .collect();
     let controller = controller_id(&zk).unwrap() as usize;
     let bootstrap = brokers[controller - 1].address();
-    kafka_tool(
-        TOPICS,
+    kafka_topics(
+        &bootstrap,
         &[
-            "--bootstrap-server",
-            &bootstrap,
             "--create",
             "--topic",
             "racked",
@@ -790,7 +803,6 @@ fn racks_are_reported_and_replicas_spread_over_them() {
             "--replication-factor",
             "2",
         ],
-        None,
     );
     let rack_of = |id: i32| format!("r{}", id % 2);
     for broker in &brokers {
@@ -843,11 +855,7 @@ fn the_java_client_and_cli_grow_a_topic_and_follow_a_killed_broker() {
         .map(|b| b.address())
         .collect::<Vec<_>>()
         .join(",");
-    let topics = |args: &[&str]| -> String {
-        let mut with = vec!["--bootstrap-server", all.as_str()];
-        with.extend_from_slice(args);
-        kafka_tool(TOPICS, &with, None)
-    };
+    let topics = |args: &[&str]| kafka_topics(&all, args);
     topics(&[
         "--create",
         "--topic",
@@ -927,11 +935,7 @@ fn a_kafka_3_9_controller_runs_a_ringbroker() {
     });
     let mut ours = zk.start_broker(CHROOT, 2, &[]);
     let bootstrap = kafka.address();
-    let topics = |args: &[&str]| -> String {
-        let mut with = vec!["--bootstrap-server", bootstrap.as_str()];
-        with.extend_from_slice(args);
-        kafka_tool(TOPICS, &with, None)
-    };
+    let topics = |args: &[&str]| kafka_topics(&bootstrap, args);
     wait(Duration::from_secs(30), "both brokers registered", || {
         registered(&zk) == ["1", "2"]
     });
@@ -952,20 +956,8 @@ fn a_kafka_3_9_controller_runs_a_ringbroker() {
                 && partition_dirs(&ours, "mixed").len() == 3
         },
     );
-    let input: String = (0..300).map(|i| format!("k{i}:v{i}\n")).collect();
-    kcat(
-        &[
-            "-b", &bootstrap, "-t", "mixed", "-P", "-K:", "-X", "acks=all",
-        ],
-        Some(&input),
-    );
-    let read = kcat(
-        &[
-            "-b", &bootstrap, "-t", "mixed", "-C", "-e", "-q", "-f", "%k:%s\n",
-        ],
-        None,
-    );
-    assert_eq!(read.lines().count(), 300, "{read}");
+    let read = produce_and_read_back(&bootstrap, "mixed", 300);
+    assert_eq!(read.len(), 300, "{read:?}");
 
     // Kafka deletes the topic with StopReplica; it waits for ringbroker's answers.
     topics(&["--delete", "--topic", "mixed"]);
@@ -998,11 +990,7 @@ fn a_ringbroker_controller_runs_a_kafka_3_9_broker() {
         registered(&zk) == ["1", "2"]
     });
     let bootstrap = ours.address();
-    let topics = |args: &[&str]| -> String {
-        let mut with = vec!["--bootstrap-server", bootstrap.as_str()];
-        with.extend_from_slice(args);
-        kafka_tool(TOPICS, &with, None)
-    };
+    let topics = |args: &[&str]| kafka_topics(&bootstrap, args);
     topics(&[
         "--create",
         "--topic",
@@ -1014,20 +1002,8 @@ fn a_ringbroker_controller_runs_a_kafka_3_9_broker() {
     wait(Duration::from_secs(20), "Kafka leading the topic", || {
         leaders(&kafka.address(), "theirs") == [2, 2, 2]
     });
-    let input: String = (0..300).map(|i| format!("k{i}:v{i}\n")).collect();
-    kcat(
-        &[
-            "-b", &bootstrap, "-t", "theirs", "-P", "-K:", "-X", "acks=all",
-        ],
-        Some(&input),
-    );
-    let read = kcat(
-        &[
-            "-b", &bootstrap, "-t", "theirs", "-C", "-e", "-q", "-f", "%k:%s\n",
-        ],
-        None,
-    );
-    assert_eq!(read.lines().count(), 300, "{read}");
+    let read = produce_and_read_back(&bootstrap, "theirs", 300);
+    assert_eq!(read.len(), 300, "{read:?}");
 
     // ringbroker's StopReplica deletes Kafka's logs; the znodes go once it answered.
     topics(&["--delete", "--topic", "theirs"]);

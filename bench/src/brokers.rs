@@ -152,6 +152,19 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// Kafka's broker with `config`, and the start scripts' JVM options.
+fn kafka_server_command(sources: &BrokerSources, config: &Path) -> Command {
+    let mut command = Command::new(&sources.kafka_run_class);
+    command
+        .env(
+            "KAFKA_HEAP_OPTS",
+            format!("{KAFKA_HEAP_OPTS} {KAFKA_JVM_PERFORMANCE_OPTS}"),
+        )
+        .arg("kafka.Kafka")
+        .arg(config);
+    command
+}
+
 /// Starts `kind` alone in a fresh `dir` on a free loopback port and waits
 /// for its first Metadata answer.
 pub fn start(kind: BrokerKind, sources: &BrokerSources, dir: &Path) -> RunningBroker {
@@ -169,8 +182,8 @@ pub fn start_with(
     std::fs::create_dir_all(dir).expect("create the broker directory");
     let port = free_port();
     let log = std::fs::File::create(dir.join("broker.log")).expect("create broker.log");
-    let mut command = match kind {
-        BrokerKind::Ringbroker => {
+    let mut command = match (kind, mode) {
+        (BrokerKind::Ringbroker, _) => {
             let config = dir.join("server.properties");
             let membership = match mode {
                 Mode::Single => "broker.id=0\n".to_owned(),
@@ -197,28 +210,18 @@ pub fn start_with(
             command.arg("start").arg(config);
             command
         }
-        BrokerKind::Kafka if matches!(mode, Mode::ZooKeeper { .. }) => {
-            let Mode::ZooKeeper { connect, broker_id } = mode else {
-                unreachable!("matched")
-            };
+        (BrokerKind::Kafka, Mode::ZooKeeper { connect, broker_id }) => {
             let config = dir.join("server.properties");
             std::fs::write(
                 &config,
                 kafka_zk_server_properties(broker_id, port, &dir.join("data"), connect),
             )
             .expect("write server.properties");
-            let mut command = Command::new(&sources.kafka_run_class);
-            command
-                .env("DEST", &sources.kafka_zk_jars)
-                .env(
-                    "KAFKA_HEAP_OPTS",
-                    format!("{KAFKA_HEAP_OPTS} {KAFKA_JVM_PERFORMANCE_OPTS}"),
-                )
-                .arg("kafka.Kafka")
-                .arg(config);
+            let mut command = kafka_server_command(sources, &config);
+            command.env("DEST", &sources.kafka_zk_jars);
             command
         }
-        BrokerKind::Kafka => {
+        (BrokerKind::Kafka, Mode::Single) => {
             let config = dir.join("server.properties");
             std::fs::write(
                 &config,
@@ -236,15 +239,7 @@ pub fn start_with(
                 "kafka-storage format failed: {}",
                 String::from_utf8_lossy(&format.stderr)
             );
-            let mut command = Command::new(&sources.kafka_run_class);
-            command
-                .env(
-                    "KAFKA_HEAP_OPTS",
-                    format!("{KAFKA_HEAP_OPTS} {KAFKA_JVM_PERFORMANCE_OPTS}"),
-                )
-                .arg("kafka.Kafka")
-                .arg(config);
-            command
+            kafka_server_command(sources, &config)
         }
     };
     let started = Instant::now();

@@ -115,41 +115,53 @@ fn replace_by_key<T, K: PartialEq>(held: &mut Vec<T>, newer: Vec<T>, key: impl F
     }
 }
 
+/// `newer` topics into `held`: a topic both have gets `merge`d, a new one
+/// is added.
+fn merge_topics<T>(
+    held: &mut Vec<T>,
+    newer: Vec<T>,
+    same_topic: impl Fn(&T, &T) -> bool,
+    merge: impl Fn(&mut T, T),
+) {
+    for topic in newer {
+        match held.iter_mut().find(|t| same_topic(t, &topic)) {
+            Some(held) => merge(held, topic),
+            None => held.push(topic),
+        }
+    }
+}
+
 /// `newer` into `older` (not yet sent): its epochs, and each partition's
 /// newer state in place of the older one.
 fn merge_leader_and_isr(older: &mut LeaderAndIsrRequest, newer: LeaderAndIsrRequest) {
     older.controller_epoch = newer.controller_epoch;
     older.broker_epoch = newer.broker_epoch;
-    for topic in newer.topic_states {
-        match older
-            .topic_states
-            .iter_mut()
-            .find(|t| t.topic_name == topic.topic_name && t.topic_id == topic.topic_id)
-        {
-            Some(held) => replace_by_key(&mut held.partition_states, topic.partition_states, |p| {
+    merge_topics(
+        &mut older.topic_states,
+        newer.topic_states,
+        |a, b| a.topic_name == b.topic_name && a.topic_id == b.topic_id,
+        |held, topic| {
+            replace_by_key(&mut held.partition_states, topic.partition_states, |p| {
                 p.partition_index
-            }),
-            None => older.topic_states.push(topic),
-        }
-    }
+            })
+        },
+    );
     replace_by_key(&mut older.live_leaders, newer.live_leaders, |l| l.broker_id);
 }
 
 fn merge_stop_replica(older: &mut StopReplicaRequest, newer: StopReplicaRequest) {
     older.controller_epoch = newer.controller_epoch;
     older.broker_epoch = newer.broker_epoch;
-    for topic in newer.topic_states {
-        match older
-            .topic_states
-            .iter_mut()
-            .find(|t| t.topic_name == topic.topic_name)
-        {
-            Some(held) => replace_by_key(&mut held.partition_states, topic.partition_states, |p| {
+    merge_topics(
+        &mut older.topic_states,
+        newer.topic_states,
+        |a, b| a.topic_name == b.topic_name,
+        |held, topic| {
+            replace_by_key(&mut held.partition_states, topic.partition_states, |p| {
                 p.partition_index
-            }),
-            None => older.topic_states.push(topic),
-        }
-    }
+            })
+        },
+    );
 }
 
 struct BrokerChannel {

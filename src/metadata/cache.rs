@@ -11,7 +11,7 @@ use uuid::Uuid;
 use super::image::{Broker, EndPoint, MetadataImage, PartitionImage, TopicImage};
 use super::topic_configs::TopicConfigs;
 use crate::protocol::inter_broker::{
-    security_protocol_name, UpdateMetadataRequest, LEADER_DURING_DELETE,
+    broker_ids, security_protocol_name, UpdateMetadataRequest, LEADER_DURING_DELETE,
 };
 use crate::protocol::ResponseError;
 
@@ -113,16 +113,13 @@ impl MetadataCache {
                 id: id.unwrap_or_else(Uuid::nil),
                 partitions: BTreeMap::new(),
             });
-            let ids = |ids: &[crate::protocol::inter_broker::BrokerId]| -> Vec<i32> {
-                ids.iter().map(|id| id.0).collect()
-            };
             topic.partitions.insert(
                 state.partition_index,
                 PartitionImage {
                     leader,
                     leader_epoch: state.leader_epoch,
-                    replicas: ids(&state.replicas),
-                    isr: ids(&state.isr),
+                    replicas: broker_ids(&state.replicas),
+                    isr: broker_ids(&state.isr),
                 },
             );
         }

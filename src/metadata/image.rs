@@ -86,8 +86,10 @@ pub struct MetadataImage {
     pub brokers: BTreeMap<i32, Broker>,
     pub topics: BTreeMap<String, Arc<TopicImage>>,
     pub topic_ids: HashMap<Uuid, String>,
-    /// The replicas this broker holds; a shard serves the ones placed on it.
-    pub local_replicas: BTreeMap<TopicPartition, LocalReplica>,
+    /// The replicas this broker holds, by topic and partition (looked up by
+    /// `&str` on the produce and fetch path); a shard serves the ones placed
+    /// on it.
+    local_replicas: BTreeMap<String, BTreeMap<i32, LocalReplica>>,
     /// Logs StopReplica deleted since the previous image, opened or only on
     /// disk, each with the shard that deletes it.
     pub deleted_replicas: Vec<(TopicPartition, usize)>,
@@ -139,6 +141,24 @@ impl MetadataImage {
         self.topic_ids
             .get(id)
             .and_then(|name| self.topics.get(name))
+    }
+
+    pub fn local_replica(&self, topic: &str, partition: i32) -> Option<&LocalReplica> {
+        self.local_replicas.get(topic)?.get(&partition)
+    }
+
+    pub fn insert_local_replica(&mut self, tp: TopicPartition, replica: LocalReplica) {
+        let partitions = self.local_replicas.entry(tp.topic).or_default();
+        partitions.insert(tp.partition, replica);
+    }
+
+    /// Every replica this broker holds: topic, partition, replica.
+    pub fn local_replicas(&self) -> impl Iterator<Item = (&str, i32, &LocalReplica)> {
+        self.local_replicas.iter().flat_map(|(topic, partitions)| {
+            partitions
+                .iter()
+                .map(move |(partition, replica)| (topic.as_str(), *partition, replica))
+        })
     }
 
     pub fn partition(&self, topic: &str, partition: i32) -> Option<&PartitionImage> {

@@ -87,6 +87,11 @@ pub const CONTROLLED_SHUTDOWN: ControlApi = ControlApi {
     flexible_from: 3,
 };
 
+/// A request's broker ids as plain ids.
+pub fn broker_ids(ids: &[BrokerId]) -> Vec<i32> {
+    ids.iter().map(|id| id.0).collect()
+}
+
 /// Kafka's `SecurityProtocol` ids, as UpdateMetadata's endpoints carry them.
 pub fn security_protocol_id(name: &str) -> i16 {
     match name {

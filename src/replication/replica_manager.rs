@@ -125,10 +125,11 @@ impl ReplicaManager {
     /// or the image is complete (the controller's own: a log it does not
     /// place is a deleted topic's).
     pub async fn apply_image(&self, image: &MetadataImage) {
-        for (tp, replica) in &image.local_replicas {
+        for (topic, partition, replica) in image.local_replicas() {
             if replica.shard != self.shard_id {
                 continue;
             }
+            let tp = &TopicPartition::new(topic, partition);
             let config = Rc::new((*replica.log_config).clone());
             let log = match self.log_manager.get_log(tp) {
                 Some(log) => {
@@ -171,8 +172,7 @@ impl ReplicaManager {
         for log in self.log_manager.logs() {
             let tp = log.topic_partition();
             let held_here = image
-                .local_replicas
-                .get(tp)
+                .local_replica(&tp.topic, tp.partition)
                 .is_some_and(|replica| replica.shard == self.shard_id);
             if !held_here {
                 self.partitions.borrow_mut().remove(tp);

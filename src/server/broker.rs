@@ -168,8 +168,8 @@ impl ShardBroker {
             }
         }
         for led in self.groups.led_partitions() {
-            let tp = TopicPartition::new(GROUP_METADATA_TOPIC_NAME, led);
-            let still_led = image.local_replicas.get(&tp).is_some_and(|replica| {
+            let replica = image.local_replica(GROUP_METADATA_TOPIC_NAME, led);
+            let still_led = replica.is_some_and(|replica| {
                 replica.shard == self.shard_id && replica.state.leader == self.config.broker_id
             });
             if !still_led {
@@ -186,8 +186,7 @@ impl ShardBroker {
             .topic(GROUP_METADATA_TOPIC_NAME)
             .ok_or(ResponseError::CoordinatorNotAvailable)?;
         let partition = partition_for(group_id, topic.partitions.len() as i32);
-        let tp = TopicPartition::new(GROUP_METADATA_TOPIC_NAME, partition);
-        match image.local_replicas.get(&tp) {
+        match image.local_replica(GROUP_METADATA_TOPIC_NAME, partition) {
             Some(replica) if replica.state.leader == self.config.broker_id => {
                 Ok((partition, replica.shard))
             }
@@ -220,8 +219,7 @@ impl ShardBroker {
     /// why there is none.
     pub fn leader_shard(&self, topic: &str, partition: i32) -> Result<usize, ResponseError> {
         let image = self.image.borrow();
-        let tp = TopicPartition::new(topic, partition);
-        match image.local_replicas.get(&tp) {
+        match image.local_replica(topic, partition) {
             Some(replica) if replica.state.leader == self.config.broker_id => Ok(replica.shard),
             Some(_) => Err(ResponseError::NotLeaderOrFollower),
             None if image.partition(topic, partition).is_some() => {

@@ -32,7 +32,7 @@ use crate::metadata::znodes::{
 };
 use crate::metadata::zookeeper::{ZooKeeperClient, ZooKeeperConfig};
 use crate::protocol::inter_broker::{
-    LeaderAndIsrRequest, StopReplicaRequest, UpdateMetadataRequest,
+    broker_ids, LeaderAndIsrRequest, StopReplicaRequest, UpdateMetadataRequest,
 };
 use crate::protocol::{ApiError, ResponseError};
 use crate::replication::hosted_partitions::{
@@ -566,7 +566,7 @@ impl<Z: ZkClient> ControlPlane<Z> {
                 state,
                 log_config,
             };
-            image.local_replicas.insert(tp, replica);
+            image.insert_local_replica(tp, replica);
         }
         Some(Arc::new(image))
     }
@@ -895,9 +895,6 @@ impl<Z: ZkClient> ControlPlane<Z> {
             .ungrouped_partition_states
             .iter()
             .map(|state| (state.topic_name.to_string(), Uuid::nil(), state));
-        let ids = |ids: &[crate::protocol::inter_broker::BrokerId]| -> Vec<i32> {
-            ids.iter().map(|id| id.0).collect()
-        };
         let states = grouped
             .chain(ungrouped)
             .map(|(topic, topic_id, state)| {
@@ -905,8 +902,8 @@ impl<Z: ZkClient> ControlPlane<Z> {
                     topic_id,
                     leader: state.leader.0,
                     leader_epoch: state.leader_epoch,
-                    isr: ids(&state.isr),
-                    replicas: ids(&state.replicas),
+                    isr: broker_ids(&state.isr),
+                    replicas: broker_ids(&state.replicas),
                     partition_epoch: state.partition_epoch,
                 };
                 (TopicPartition::new(topic, state.partition_index), replica)

@@ -308,6 +308,44 @@ fn cluster_run(args: &Args, sources: &BrokerSources, kind: BrokerKind, progress:
     metrics
 }
 
+/// Every run's metrics, per broker: one entry per repeat.
+struct Runs {
+    ours: Vec<Metrics>,
+    theirs: Vec<Metrics>,
+    repeat: usize,
+    started: Instant,
+}
+
+impl Runs {
+    /// Runs `run` for every repeat and broker (`kinds` of the repeat, in
+    /// order), adding its metrics to that repeat's.
+    fn each(
+        &mut self,
+        kinds: &dyn Fn(usize) -> Vec<BrokerKind>,
+        mut run: impl FnMut(BrokerKind, &str) -> Metrics,
+    ) {
+        for repeat in 0..self.repeat {
+            for kind in kinds(repeat) {
+                let progress = format!(
+                    "[{:>4.0}s run {}/{}]",
+                    self.started.elapsed().as_secs_f64(),
+                    repeat + 1,
+                    self.repeat
+                );
+                let metrics = run(kind, &progress);
+                let runs = match kind {
+                    BrokerKind::Ringbroker => &mut self.ours,
+                    BrokerKind::Kafka => &mut self.theirs,
+                };
+                if runs.len() <= repeat {
+                    runs.push(Metrics::new());
+                }
+                runs[repeat].extend(metrics);
+            }
+        }
+    }
+}
+
 fn machine() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
@@ -367,44 +405,25 @@ fn main() {
             })
             .collect()
     };
-    let mut ours: Vec<Metrics> = Vec::new();
-    let mut theirs: Vec<Metrics> = Vec::new();
-    for repeat in (0..args.repeat).filter(|_| !args.latency_only && !args.w6_only) {
-        for kind in kinds(repeat) {
-            let progress = format!(
-                "[{:>4.0}s run {}/{}]",
-                started.elapsed().as_secs_f64(),
-                repeat + 1,
-                args.repeat
-            );
-            let metrics = throughput_run(&args, &sources, kind, &progress);
-            match kind {
-                BrokerKind::Ringbroker => ours.push(metrics),
-                BrokerKind::Kafka => theirs.push(metrics),
-            }
-        }
+    let mut runs = Runs {
+        ours: Vec::new(),
+        theirs: Vec::new(),
+        repeat: args.repeat,
+        started,
+    };
+    if !args.latency_only && !args.w6_only {
+        runs.each(&kinds, |kind, progress| {
+            throughput_run(&args, &sources, kind, progress)
+        });
     }
-    for repeat in (0..args.repeat).filter(|_| !args.latency_only) {
-        for kind in kinds(repeat) {
-            let progress = format!(
-                "[{:>4.0}s run {}/{}]",
-                started.elapsed().as_secs_f64(),
-                repeat + 1,
-                args.repeat
-            );
-            let metrics = cluster_run(&args, &sources, kind, &progress);
-            let runs = match kind {
-                BrokerKind::Ringbroker => &mut ours,
-                BrokerKind::Kafka => &mut theirs,
-            };
-            if runs.len() <= repeat {
-                runs.push(Metrics::new());
-            }
-            runs[repeat].extend(metrics);
-        }
+    if !args.latency_only {
+        runs.each(&kinds, |kind, progress| {
+            cluster_run(&args, &sources, kind, progress)
+        });
     }
     // W2's rate: half of Kafka's W1 maximum in this run.
-    let kafka_w1: Vec<f64> = theirs
+    let kafka_w1: Vec<f64> = runs
+        .theirs
         .iter()
         .filter_map(|m| m.get("W1 produce records/s").copied())
         .collect();
@@ -415,25 +434,12 @@ fn main() {
         rate.is_finite() || args.w6_only,
         "W2 needs Kafka's W1 or --w2-rate"
     );
-    for repeat in (0..args.repeat).filter(|_| !args.w6_only) {
-        for kind in kinds(repeat) {
-            let progress = format!(
-                "[{:>4.0}s run {}/{}]",
-                started.elapsed().as_secs_f64(),
-                repeat + 1,
-                args.repeat
-            );
-            let metrics = latency_run(&args, &sources, kind, rate, &progress);
-            let runs = match kind {
-                BrokerKind::Ringbroker => &mut ours,
-                BrokerKind::Kafka => &mut theirs,
-            };
-            if runs.len() <= repeat {
-                runs.push(Metrics::new());
-            }
-            runs[repeat].extend(metrics);
-        }
+    if !args.w6_only {
+        runs.each(&kinds, |kind, progress| {
+            latency_run(&args, &sources, kind, rate, progress)
+        });
     }
+    let Runs { ours, theirs, .. } = runs;
     let _ = std::fs::remove_dir_all(&args.work_dir);
 
     let (ours, theirs) = (report::medians(&ours), report::medians(&theirs));
