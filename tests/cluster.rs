@@ -9,7 +9,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::cluster::{ZooKeeper, SESSION_TIMEOUT};
+use common::cluster::{kafka_topics, leaders, wait, ZooKeeper, SESSION_TIMEOUT};
 use common::{kafka_tool, kcat};
 use serde_json::json;
 
@@ -176,41 +176,6 @@ fn one_controller_replaced_when_it_dies_and_fenced_when_it_wakes_up() {
 }
 
 /// Each partition's leader, as `broker` answers Metadata.
-fn leaders(address: &str, topic: &str) -> Vec<i32> {
-    use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
-    use kafka_protocol::messages::{ApiKey, MetadataRequest, MetadataResponse, TopicName};
-    use kafka_protocol::protocol::StrBytes;
-    let mut client = common::Client::connect(address);
-    let request =
-        MetadataRequest::default().with_topics(Some(vec![MetadataRequestTopic::default()
-            .with_name(Some(TopicName(StrBytes::from_string(topic.to_owned()))))]));
-    let Ok(response) = client.call::<_, MetadataResponse>(ApiKey::Metadata, 12, &request) else {
-        return Vec::new();
-    };
-    let mut partitions: Vec<(i32, i32)> = response
-        .topics
-        .iter()
-        .flat_map(|t| {
-            t.partitions
-                .iter()
-                .map(|p| (p.partition_index, p.leader_id.0))
-        })
-        .collect();
-    partitions.sort();
-    partitions.into_iter().map(|(_, leader)| leader).collect()
-}
-
-fn wait(within: Duration, what: &str, mut condition: impl FnMut() -> bool) {
-    let deadline = std::time::Instant::now() + within;
-    while !condition() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{what}: not within {within:?}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 #[test]
 fn topics_spread_over_brokers_and_clients_follow_a_killed_leader() {
     const RECORDS: usize = 1200;
@@ -294,13 +259,6 @@ fn topics_spread_over_brokers_and_clients_follow_a_killed_leader() {
     let mut expected: Vec<String> = (0..RECORDS).map(|i| format!("key-{i}:value-{i}")).collect();
     expected.sort_unstable();
     assert_eq!(got, expected);
-}
-
-/// kafka-topics against `bootstrap`; its output.
-fn kafka_topics(bootstrap: &str, args: &[&str]) -> String {
-    let mut all = vec!["--bootstrap-server", bootstrap];
-    all.extend_from_slice(args);
-    kafka_tool("org.apache.kafka.tools.TopicCommand", &all, None)
 }
 
 /// Produces `count` keyed records to `topic` through `bootstrap` with kcat

@@ -62,6 +62,15 @@ const BROKER_KEYS: &[&str] = &[
     "controlled.shutdown.enable",
     "controlled.shutdown.max.retries",
     "controlled.shutdown.retry.backoff.ms",
+    "replica.lag.time.max.ms",
+    "replica.fetch.wait.max.ms",
+    "replica.fetch.min.bytes",
+    "replica.fetch.max.bytes",
+    "replica.fetch.response.max.bytes",
+    "replica.fetch.backoff.ms",
+    "replica.socket.timeout.ms",
+    "num.replica.fetchers",
+    "replica.high.watermark.checkpoint.interval.ms",
 ];
 
 /// KRaft keys a ZooKeeper-mode broker has no use for: said once, then ignored.
@@ -119,6 +128,7 @@ pub struct BrokerConfig {
     pub fetch_max_bytes: usize,
     pub connections_max_idle_ms: u64,
     pub controlled_shutdown: ControlledShutdownConfig,
+    pub replication: ReplicationConfig,
     /// `offsets.topic.num.partitions`
     pub offsets_topic_num_partitions: i32,
     /// `offsets.topic.replication.factor`
@@ -142,6 +152,37 @@ pub struct ControlledShutdownConfig {
     pub enable: bool,
     pub max_retries: u32,
     pub retry_backoff_ms: u64,
+}
+
+/// `replica.*` and `num.replica.fetchers`, with Kafka's defaults: how
+/// followers fetch from leaders and how long a leader waits for them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplicationConfig {
+    pub replica_lag_time_max_ms: i64,
+    pub replica_fetch_wait_max_ms: i32,
+    pub replica_fetch_min_bytes: i32,
+    pub replica_fetch_max_bytes: i32,
+    pub replica_fetch_response_max_bytes: i32,
+    pub replica_fetch_backoff_ms: u64,
+    pub replica_socket_timeout_ms: u64,
+    pub num_replica_fetchers: u32,
+    pub replica_high_watermark_checkpoint_interval_ms: u64,
+}
+
+impl Default for ReplicationConfig {
+    fn default() -> Self {
+        Self {
+            replica_lag_time_max_ms: 30_000,
+            replica_fetch_wait_max_ms: 500,
+            replica_fetch_min_bytes: 1,
+            replica_fetch_max_bytes: 1024 * 1024,
+            replica_fetch_response_max_bytes: 10 * 1024 * 1024,
+            replica_fetch_backoff_ms: 1_000,
+            replica_socket_timeout_ms: 30_000,
+            num_replica_fetchers: 1,
+            replica_high_watermark_checkpoint_interval_ms: 5_000,
+        }
+    }
 }
 
 impl std::fmt::Display for ConfigError {
@@ -271,6 +312,10 @@ impl BrokerConfig {
                 "log.flush.offset.checkpoint.interval.ms",
                 defaults.flush_offset_checkpoint_interval_ms,
             )?,
+            high_watermark_checkpoint_interval_ms: number(
+                "replica.high.watermark.checkpoint.interval.ms",
+                defaults.high_watermark_checkpoint_interval_ms,
+            )?,
             cleaner_enable: get("log.cleaner.enable")
                 .map_or(Ok(true), |v| parse("log.cleaner.enable", v))?,
             cleaner_backoff_ms: number("log.cleaner.backoff.ms", defaults.cleaner_backoff_ms)?,
@@ -326,6 +371,52 @@ impl BrokerConfig {
                 "invalid value for offsets.topic.num.partitions: must be at least 1".into(),
             ));
         }
+        let replication_defaults = ReplicationConfig::default();
+        let replication = ReplicationConfig {
+            replica_lag_time_max_ms: number(
+                "replica.lag.time.max.ms",
+                replication_defaults.replica_lag_time_max_ms as u64,
+            )? as i64,
+            replica_fetch_wait_max_ms: number(
+                "replica.fetch.wait.max.ms",
+                replication_defaults.replica_fetch_wait_max_ms as u64,
+            )? as i32,
+            replica_fetch_min_bytes: number(
+                "replica.fetch.min.bytes",
+                replication_defaults.replica_fetch_min_bytes as u64,
+            )? as i32,
+            replica_fetch_max_bytes: number(
+                "replica.fetch.max.bytes",
+                replication_defaults.replica_fetch_max_bytes as u64,
+            )? as i32,
+            replica_fetch_response_max_bytes: number(
+                "replica.fetch.response.max.bytes",
+                replication_defaults.replica_fetch_response_max_bytes as u64,
+            )? as i32,
+            replica_fetch_backoff_ms: number(
+                "replica.fetch.backoff.ms",
+                replication_defaults.replica_fetch_backoff_ms,
+            )?,
+            replica_socket_timeout_ms: number(
+                "replica.socket.timeout.ms",
+                replication_defaults.replica_socket_timeout_ms,
+            )?,
+            num_replica_fetchers: number(
+                "num.replica.fetchers",
+                replication_defaults.num_replica_fetchers as u64,
+            )?
+            .max(1) as u32,
+            replica_high_watermark_checkpoint_interval_ms: number(
+                "replica.high.watermark.checkpoint.interval.ms",
+                replication_defaults.replica_high_watermark_checkpoint_interval_ms,
+            )?,
+        };
+        if replication.replica_fetch_wait_max_ms as u64 >= replication.replica_socket_timeout_ms {
+            return Err(ConfigError(
+                "invalid value for replica.socket.timeout.ms: must be above replica.fetch.wait.max.ms"
+                    .into(),
+            ));
+        }
         let (listeners, inter_broker_listener_name) = parse_listeners(&get)?;
         let metrics_port: u16 = get("ringbroker.metrics.port")
             .map_or(Ok(0), |v| parse("ringbroker.metrics.port", v))?;
@@ -360,6 +451,7 @@ impl BrokerConfig {
                 .map_or(Ok(57_671_680), |v| parse("fetch.max.bytes", v))?,
             connections_max_idle_ms: get("connections.max.idle.ms")
                 .map_or(Ok(600_000), |v| parse("connections.max.idle.ms", v))?,
+            replication,
             controlled_shutdown: ControlledShutdownConfig {
                 enable: get("controlled.shutdown.enable")
                     .map_or(Ok(true), |v| parse("controlled.shutdown.enable", v))?,

@@ -9,6 +9,7 @@
 //! (where replicas go), `topic_config.rs` (config checks), `topic_deletion.rs`
 //! (Kafka's TopicDeletionManager).
 
+mod alter_partition;
 mod broker_requests;
 mod channel_manager;
 mod context;
@@ -370,7 +371,7 @@ impl<Z: ZkClient> KafkaController<Z> {
         let changes: Vec<_> = changes
             .into_iter()
             .map(|(topic, partition, leader, isr)| {
-                let (held, version) = context.topics[&topic].states[partition]
+                let (held, _) = context.topics[&topic].states[partition]
                     .clone()
                     .expect("only written states change");
                 let state = TopicPartitionStateZNode {
@@ -380,20 +381,39 @@ impl<Z: ZkClient> KafkaController<Z> {
                     controller_epoch: epoch.epoch,
                     leader_recovery_state: held.leader_recovery_state,
                 };
-                (topic, partition, state, version)
+                (topic, partition, state)
             })
             .collect();
+        let changed = self.write_states(changes).await?;
+        self.send_leader_and_isr(&changed, false);
+        Ok(changed)
+    }
+
+    /// Writes partition states fenced and each with the version the context
+    /// holds, all issued together; a state that moved on since it was read
+    /// is left (the next change reads it again). Returns those written.
+    async fn write_states(
+        &mut self,
+        changes: Vec<(String, usize, TopicPartitionStateZNode)>,
+    ) -> Result<Vec<(String, usize)>, KafkaZkError> {
+        let context = self.context_mut();
+        let epoch = context.epoch;
         let ops = changes
             .iter()
-            .map(|(topic, partition, state, version)| Op::SetData {
-                path: TopicPartitionStateZNode::path(topic, *partition as i32),
-                data: state.encode(),
-                version: Some(*version),
+            .map(|(topic, partition, state)| {
+                let (_, version) = context.topics[topic].states[*partition]
+                    .clone()
+                    .expect("only written states change");
+                Op::SetData {
+                    path: TopicPartitionStateZNode::path(topic, *partition as i32),
+                    data: state.encode(),
+                    version: Some(version),
+                }
             })
             .collect();
         let written = self.zk.fenced_all(epoch, ops).await;
         let mut changed = Vec::new();
-        for ((topic, partition, state, _), result) in changes.into_iter().zip(written) {
+        for ((topic, partition, state), result) in changes.into_iter().zip(written) {
             match result {
                 Ok(OpResult::SetData { stat }) => {
                     info!(
@@ -411,11 +431,9 @@ impl<Z: ZkClient> KafkaController<Z> {
                     self.resign();
                     return Err(KafkaZkError::ControllerMoved);
                 }
-                // Moved on since it was read: the next change reads it again.
                 Err(error) => tracing::warn!(topic, partition, %error, "cannot write the state"),
             }
         }
-        self.send_leader_and_isr(&changed, false);
         Ok(changed)
     }
 

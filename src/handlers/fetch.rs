@@ -10,14 +10,16 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::future::{join_all, Either};
-use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::fetch_response::{
+    EpochEndOffset, FetchableTopicResponse, PartitionData,
+};
 use kafka_protocol::messages::{FetchRequest, FetchResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
-use shards::log::TopicPartition;
+use shards::log::{TopicPartition, WatchedOffset};
 
 use super::RequestContext;
 use crate::protocol::{ErrorCode, Records, ResponseError};
-use crate::replication::ReadResult;
+use crate::replication::{PartitionFetch, ReadResult};
 use crate::server::fetch_session::{next_epoch, CachedPartition, SessionKey};
 
 const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
@@ -70,6 +72,8 @@ pub async fn handle(
                         topic_id: topic.topic_id,
                         fetch_offset: p.fetch_offset,
                         max_bytes: p.partition_max_bytes,
+                        current_leader_epoch: p.current_leader_epoch,
+                        last_fetched_epoch: p.last_fetched_epoch,
                         high_watermark: -1,
                         last_stable_offset: -1,
                         log_start_offset: -1,
@@ -118,6 +122,8 @@ pub async fn handle(
                 let cached = session.partitions.entry(key).or_insert(partition.clone());
                 cached.fetch_offset = partition.fetch_offset;
                 cached.max_bytes = partition.max_bytes;
+                cached.current_leader_epoch = partition.current_leader_epoch;
+                cached.last_fetched_epoch = partition.last_fetched_epoch;
             }
             for forgotten in &request.forgotten_topics_data {
                 let name = topic_name(&forgotten.topic, &forgotten.topic_id);
@@ -135,6 +141,18 @@ pub async fn handle(
         }
     };
 
+    // A follower (Kafka's replica id; v15+ in ReplicaState) reads to the log
+    // end and waits on it; a consumer reads below the high watermark.
+    let replica_id = if version >= 15 {
+        request.replica_state.replica_id.0
+    } else {
+        request.replica_id.0
+    };
+    let watched = if replica_id >= 0 {
+        WatchedOffset::LogEnd
+    } else {
+        WatchedOffset::HighWatermark
+    };
     let deadline = Instant::now() + Duration::from_millis(request.max_wait_ms.max(0) as u64);
     // The broker bounds what one response may hold (`fetch.max.bytes`).
     let max_bytes = (request.max_bytes.max(0) as usize).min(ctx.broker.config.fetch_max_bytes);
@@ -160,9 +178,14 @@ pub async fn handle(
                     Either::Right(ctx.broker.read(
                         name,
                         *partition,
-                        cached.fetch_offset,
-                        *limit,
-                        true,
+                        PartitionFetch {
+                            fetch_offset: cached.fetch_offset,
+                            max_bytes: *limit,
+                            min_one_batch: true,
+                            current_leader_epoch: cached.current_leader_epoch,
+                            last_fetched_epoch: cached.last_fetched_epoch,
+                            replica_id,
+                        },
                     ))
                 }
             });
@@ -183,8 +206,13 @@ pub async fn handle(
             any_error |= result.error.is_some();
             results.push(result);
         }
-        let satisfied =
-            total_bytes >= request.min_bytes.max(0) as usize || any_error || targets.is_empty();
+        let any_diverging = results
+            .iter()
+            .any(|result| result.diverging_epoch.is_some());
+        let satisfied = total_bytes >= request.min_bytes.max(0) as usize
+            || any_error
+            || any_diverging
+            || targets.is_empty();
         if satisfied || Instant::now() >= deadline {
             break results;
         }
@@ -196,11 +224,11 @@ pub async fn handle(
             .map(|(((name, partition), _), result)| {
                 (
                     TopicPartition::new(name.as_str(), *partition),
-                    result.high_watermark,
+                    result.watched_offset,
                 )
             })
             .collect();
-        ctx.broker.park_fetch(seen, deadline).await;
+        ctx.broker.park_fetch(seen, watched, deadline).await;
     };
 
     // Session bookkeeping: what each partition's client now knows.
@@ -230,6 +258,7 @@ pub async fn handle(
                     if let Some(cached) = session.partitions.get_mut(key) {
                         let changed = result.records.as_ref().is_some_and(|r| r.size_bytes() > 0)
                             || result.error.is_some()
+                            || result.diverging_epoch.is_some()
                             || result.high_watermark != cached.high_watermark
                             || result.last_stable_offset != cached.last_stable_offset
                             || result.log_start_offset != cached.log_start_offset;
@@ -262,6 +291,13 @@ pub async fn handle(
             .with_last_stable_offset(result.last_stable_offset)
             .with_log_start_offset(result.log_start_offset)
             .with_records(None);
+        if let Some((epoch, end_offset)) = result.diverging_epoch {
+            data = data.with_diverging_epoch(
+                EpochEndOffset::default()
+                    .with_epoch(epoch)
+                    .with_end_offset(end_offset),
+            );
+        }
         // Clients read a null record set as a protocol error: send empty.
         records.push(
             result

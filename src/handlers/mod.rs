@@ -5,6 +5,7 @@
 
 mod allocate_producer_ids;
 mod alter_configs;
+mod alter_partition;
 mod api_versions;
 mod controlled_shutdown;
 mod create_partitions;
@@ -29,6 +30,7 @@ mod metadata;
 mod offset_commit;
 mod offset_delete;
 mod offset_fetch;
+mod offset_for_leader_epoch;
 mod produce;
 mod sasl_handshake;
 mod stop_replica;
@@ -172,6 +174,7 @@ impl ApiTable {
             api!(DeleteGroups, 0, 2, delete_groups::handle),
             api!(DescribeCluster, 0, 2, describe_cluster::handle),
             api!(OffsetDelete, 0, 0, offset_delete::handle),
+            api!(OffsetForLeaderEpoch, 2, 4, offset_for_leader_epoch::handle),
         ];
         Self::new(apis)
     }
@@ -182,6 +185,7 @@ impl ApiTable {
         let mut apis = Self::client().apis;
         apis.extend([
             api!(AllocateProducerIds, 0, 0, allocate_producer_ids::handle),
+            api!(AlterPartition, 2, 3, alter_partition::handle),
             control_api!(inter_broker::LEADER_AND_ISR, leader_and_isr::handle),
             control_api!(inter_broker::STOP_REPLICA, stop_replica::handle),
             control_api!(inter_broker::UPDATE_METADATA, update_metadata::handle),
@@ -447,6 +451,7 @@ mod tests {
             ListGroups => ListGroupsRequest, ListGroupsResponse;
             DeleteGroups => DeleteGroupsRequest, DeleteGroupsResponse;
             OffsetDelete => OffsetDeleteRequest, OffsetDeleteResponse;
+            OffsetForLeaderEpoch => OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse;
         }
     }
 }

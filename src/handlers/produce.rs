@@ -1,6 +1,11 @@
-//! Produce (key 0): appends each partition's batch on the shard that owns it.
-//! Stored as produced; acks=0 gets no response, as in Kafka.
+//! Produce (key 0): appends each partition's batch on the shard that owns it,
+//! all partitions at once. Stored as produced; acks=all answers once the ISR
+//! has every batch (or at the request's timeout), acks=1 after the leader's
+//! append, acks=0 never, as in Kafka.
 
+use std::time::{Duration, Instant};
+
+use futures_util::future::join_all;
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use kafka_protocol::protocol::StrBytes;
@@ -17,8 +22,12 @@ pub async fn handle(
 ) -> Option<ProduceResponse> {
     let acks = request.acks;
     let valid_acks = matches!(acks, -1..=1);
-    let mut responses = Vec::with_capacity(request.topic_data.len());
+    // acks=all waits at most the request's timeout for the ISR.
+    let deadline = Instant::now() + Duration::from_millis(request.timeout_ms.max(0) as u64);
     let image = ctx.broker.image();
+    // Every partition is appended (and waited on) at once, each on its shard.
+    let mut appends = Vec::new();
+    let mut topics = Vec::with_capacity(request.topic_data.len());
     for topic in request.topic_data {
         // v13+ names topics by id.
         let name = if version >= 13 {
@@ -29,27 +38,41 @@ pub async fn handle(
         } else {
             topic.name.0.to_string()
         };
-        let mut partitions = Vec::with_capacity(topic.partition_data.len());
+        let mut indexes = Vec::with_capacity(topic.partition_data.len());
         for data in topic.partition_data {
-            let result = match (valid_acks, data.records) {
-                (false, _) => None,
-                (true, None) => None,
-                (true, Some(_)) if name.is_empty() => {
-                    Some(AppendResult::error(ResponseError::UnknownTopicId, None))
-                }
-                (true, Some(records)) => {
-                    let messages = RecordBatchHeader::parse(&records)
-                        .map_or(0, |header| header.records_count.max(0) as u64);
-                    let bytes = records.len() as u64;
-                    let result = ctx.broker.append(&name, data.index, records, acks).await;
-                    if result.error.is_none() {
-                        ctx.broker.metrics.record_produce(&name, messages, bytes);
+            indexes.push(data.index);
+            let name = name.clone();
+            appends.push(async move {
+                match (valid_acks, data.records) {
+                    (false, _) | (true, None) => None,
+                    (true, Some(_)) if name.is_empty() => {
+                        Some(AppendResult::error(ResponseError::UnknownTopicId, None))
                     }
-                    Some(result)
+                    (true, Some(records)) => {
+                        let messages = RecordBatchHeader::parse(&records)
+                            .map_or(0, |header| header.records_count.max(0) as u64);
+                        let bytes = records.len() as u64;
+                        let result = ctx
+                            .broker
+                            .append(&name, data.index, records, acks, deadline)
+                            .await;
+                        if result.error.is_none() {
+                            ctx.broker.metrics.record_produce(&name, messages, bytes);
+                        }
+                        Some(result)
+                    }
                 }
-            };
-
-            let mut partition = PartitionProduceResponse::default().with_index(data.index);
+            });
+        }
+        topics.push((topic.name, topic.topic_id, indexes));
+    }
+    let mut results = join_all(appends).await.into_iter();
+    let mut responses = Vec::with_capacity(topics.len());
+    for (name, topic_id, indexes) in topics {
+        let mut partitions = Vec::with_capacity(indexes.len());
+        for index in indexes {
+            let result = results.next().expect("one result per partition");
+            let mut partition = PartitionProduceResponse::default().with_index(index);
             partition = match result {
                 None => partition
                     .with_error_code(if valid_acks {
@@ -77,9 +100,9 @@ pub async fn handle(
         }
         let response = TopicProduceResponse::default().with_partition_responses(partitions);
         responses.push(if version >= 13 {
-            response.with_topic_id(topic.topic_id)
+            response.with_topic_id(topic_id)
         } else {
-            response.with_name(topic.name)
+            response.with_name(name)
         });
     }
     (acks != 0).then(|| ProduceResponse::default().with_responses(responses))

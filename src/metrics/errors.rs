@@ -72,7 +72,17 @@ per_partition_error!(
     ListOffsetsResponse => topics.partitions,
     OffsetCommitResponse => topics.partitions,
     DeleteRecordsResponse => topics.partitions,
+    OffsetForLeaderEpochResponse => topics.partitions,
 );
+
+impl ResponseErrors for AlterPartitionResponse {
+    fn for_each_error(&self, count: &mut dyn FnMut(i16)) {
+        count(self.error_code);
+        for topic in &self.topics {
+            topic.partitions.iter().for_each(|p| count(p.error_code));
+        }
+    }
+}
 
 impl ResponseErrors for FetchResponse {
     fn for_each_error(&self, count: &mut dyn FnMut(i16)) {

@@ -97,6 +97,19 @@ pub struct ShardGauges {
     pub mesh_jobs_in_flight: u64,
 }
 
+/// A shard's replication, for Kafka's ReplicaManager gauges.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ReplicationGauges {
+    /// Led partitions whose ISR lacks a replica.
+    pub under_replicated_partitions: u64,
+    /// Led partitions whose ISR is below `min.insync.replicas`.
+    pub under_min_isr_partitions: u64,
+    /// Replicas here fetching from a leader elsewhere.
+    pub followed_partitions: u64,
+    /// The most messages an ISR follower of a partition led here lags.
+    pub max_follower_lag_messages: i64,
+}
+
 /// Everything one shard reports to a scrape; plain data, sent across shards.
 #[derive(Debug, Clone)]
 pub struct MetricsSnapshot {
@@ -104,6 +117,7 @@ pub struct MetricsSnapshot {
     pub requests: BTreeMap<i16, RequestStats>,
     pub logs: Vec<LogGauges>,
     pub leaders: u64,
+    pub replication: ReplicationGauges,
     pub parked_fetches: u64,
     /// Groups coordinated here, by state name (Kafka's NumGroups<State>).
     pub groups_by_state: BTreeMap<String, u64>,
@@ -345,6 +359,43 @@ pub fn render(
         out,
         "{name} {}",
         snapshots.iter().map(|s| s.leaders).sum::<u64>()
+    );
+    for (name, help, pick) in [
+        (
+            "kafka_server_replicamanager_underreplicatedpartitions",
+            "Led partitions whose ISR lacks a replica.",
+            (|g: &ReplicationGauges| g.under_replicated_partitions as i64)
+                as fn(&ReplicationGauges) -> i64,
+        ),
+        (
+            "kafka_server_replicamanager_underminisrpartitioncount",
+            "Led partitions whose ISR is smaller than min.insync.replicas.",
+            |g: &ReplicationGauges| g.under_min_isr_partitions as i64,
+        ),
+        (
+            "ringbroker_replication_followed_partitions",
+            "Replicas here fetching from their leader.",
+            |g: &ReplicationGauges| g.followed_partitions as i64,
+        ),
+    ] {
+        let name = header(&mut out, name, "gauge", help);
+        let total: i64 = snapshots.iter().map(|s| pick(&s.replication)).sum();
+        let _ = writeln!(out, "{name} {total}");
+    }
+    let name = header(
+        &mut out,
+        "ringbroker_replication_max_follower_lag_messages",
+        "gauge",
+        "The most messages an in-sync follower of a partition led here lags.",
+    );
+    let _ = writeln!(
+        out,
+        "{name} {}",
+        snapshots
+            .iter()
+            .map(|s| s.replication.max_follower_lag_messages)
+            .max()
+            .unwrap_or(0)
     );
     for (name, help, pick) in [
         (

@@ -120,8 +120,7 @@ fn put_partition(
     let flexible = version >= FIRST_FLEXIBLE_VERSION;
     assert!(partition.records.is_none(), "records come separately");
     assert!(
-        partition.diverging_epoch == Default::default()
-            && partition.current_leader == Default::default()
+        partition.current_leader == Default::default()
             && partition.snapshot_id == Default::default()
             && partition.unknown_tagged_fields.is_empty()
     );
@@ -158,7 +157,23 @@ fn put_partition(
     }
     frame.put_records(records);
     if flexible {
-        put_uvarint(&mut frame.buf, 0); // partition tagged fields
+        // The partition's tagged fields: DivergingEpoch (tag 0) when set.
+        if partition.diverging_epoch == Default::default() {
+            put_uvarint(&mut frame.buf, 0);
+        } else {
+            let epoch = &partition.diverging_epoch;
+            let size = epoch
+                .compute_size(version)
+                .expect("an epoch end offset has a size");
+            put_uvarint(&mut frame.buf, 1);
+            put_uvarint(&mut frame.buf, 0);
+            put_uvarint(&mut frame.buf, size as u32);
+            epoch
+                .encode(&mut frame.buf, version)
+                .expect("an epoch end offset encodes");
+        }
+    } else {
+        assert!(partition.diverging_epoch == Default::default());
     }
 }
 
@@ -263,6 +278,13 @@ mod tests {
             } else if index == 0 {
                 partition = partition.with_aborted_transactions(Some(Vec::new()));
             }
+            if index == 3 && version >= FIRST_FLEXIBLE_VERSION {
+                partition = partition.with_diverging_epoch(
+                    kafka_protocol::messages::fetch_response::EpochEndOffset::default()
+                        .with_epoch(4)
+                        .with_end_offset(812),
+                );
+            }
             partition
         });
         let mut topics = Vec::new();
@@ -330,8 +352,9 @@ mod tests {
         out
     }
 
-    /// Every version, with records in memory, in files, and both; empty records
-    /// and an aborted transaction: the same bytes kafka-protocol encodes.
+    /// Every version, with records in memory, in files, and both; empty records,
+    /// an aborted transaction and a diverging epoch: the same bytes
+    /// kafka-protocol encodes.
     #[test]
     fn frames_match_kafka_protocol() {
         let dir = tempfile::tempdir().unwrap();

@@ -22,6 +22,8 @@ pub struct ReplicaState {
     pub replicas: Vec<i32>,
     /// The state znode's version (Kafka's partition epoch).
     pub partition_epoch: i32,
+    /// RECOVERING after an unclean election (Kafka's LeaderRecoveryState).
+    pub leader_recovery_state: i8,
 }
 
 /// One partition of a StopReplica.
@@ -155,6 +157,7 @@ mod tests {
             isr: replicas.to_vec(),
             replicas: replicas.to_vec(),
             partition_epoch: 0,
+            leader_recovery_state: 0,
         }
     }
 

@@ -3,10 +3,18 @@
 //! only through them; nothing else calls a `Log`'s append or read.
 //! `HostedPartitions` is the broker-wide half: which replicas the controller
 //! gave this broker (LeaderAndIsr, StopReplica), held by the control plane.
+//! `PartitionState` holds Kafka's replication rules as pure functions; a
+//! follower's `ReplicaFetcher` fetches from its leader, and a leader's ISR
+//! changes go to the controller through the `AlterPartitionManager`.
 
+mod alter_partition_manager;
 pub mod hosted_partitions;
 mod partition;
+pub mod partition_state;
+mod replica_fetcher;
 mod replica_manager;
 
-pub use partition::{AppendResult, OffsetAndEpoch, Partition, ReadResult};
+pub use partition::{
+    AppendError, AppendResult, OffsetAndEpoch, Partition, PartitionFetch, ReadResult,
+};
 pub use replica_manager::ReplicaManager;

@@ -4,10 +4,20 @@
 
 use std::cell::RefCell;
 use std::rc::Rc;
+use std::time::Instant;
 
 use bytes::Bytes;
-use shards::log::{wall_clock_ms, FetchDataInfo, FetchWatch, Log, LogAppendInfo, LogError};
+use futures_lite::future::or;
+use shards::log::{
+    wall_clock_ms, FetchDataInfo, FetchWatch, Log, LogAppendInfo, LogError, TopicPartition,
+    WatchedOffset,
+};
+use tracing::{info, warn};
+use uuid::Uuid;
 
+use super::alter_partition_manager::AlterPartitionManager;
+use super::partition_state::{LeaderAndIsr, PartitionState, Transition, RECOVERED};
+use crate::config::ReplicationConfig;
 use crate::protocol::{Records, ResponseError};
 
 /// A fetched range at least this long is sent from the page cache with
@@ -15,19 +25,28 @@ use crate::protocol::{Records, ResponseError};
 /// one send instead of a send and a sendfile per partition.
 const SENDFILE_MIN_BYTES: usize = 64 * 1024;
 
-/// What the metadata says of a partition: who leads it, at which epoch, and
-/// which replicas are in sync.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PartitionState {
-    pub leader: i32,
-    pub leader_epoch: i32,
-    pub isr: Vec<i32>,
+pub struct Partition {
+    log: Rc<Log>,
+    topic_id: Uuid,
+    state: RefCell<PartitionState>,
+    config: ReplicationConfig,
+    /// Where a leader sends its ISR changes; unset in single-node mode,
+    /// where the ISR is the one broker.
+    alter_partition_manager: Option<Rc<AlterPartitionManager>>,
 }
 
-pub struct Partition {
-    local_broker_id: i32,
-    log: Rc<Log>,
-    state: RefCell<PartitionState>,
+/// What a fetch asks of one partition, as its request says it.
+#[derive(Debug, Clone, Copy)]
+pub struct PartitionFetch {
+    pub fetch_offset: i64,
+    pub max_bytes: usize,
+    pub min_one_batch: bool,
+    /// The leader epoch the fetcher believes current; -1 when it does not say.
+    pub current_leader_epoch: i32,
+    /// A follower's last fetched epoch (-1 none): where their logs may part.
+    pub last_fetched_epoch: i32,
+    /// The fetching follower's broker id; -1 for a consumer.
+    pub replica_id: i32,
 }
 
 /// One partition's produce outcome.
@@ -57,6 +76,12 @@ impl AppendResult {
 pub struct ReadResult {
     pub error: Option<ResponseError>,
     pub high_watermark: i64,
+    /// What a parked fetch of this partition watches: the high watermark for
+    /// a consumer, the log end for a follower.
+    pub watched_offset: i64,
+    /// The leader's epoch and where it ends, when a follower's log parts from
+    /// the leader's before its fetch offset (Kafka's DivergingEpoch).
+    pub diverging_epoch: Option<(i32, i64)>,
     pub last_stable_offset: i64,
     pub log_start_offset: i64,
     pub records: Option<Records>,
@@ -67,6 +92,8 @@ impl ReadResult {
         Self {
             error: Some(error),
             high_watermark: -1,
+            watched_offset: -1,
+            diverging_epoch: None,
             last_stable_offset: -1,
             log_start_offset: -1,
             records: None,
@@ -83,26 +110,41 @@ pub struct OffsetAndEpoch {
 }
 
 impl Partition {
-    pub fn new(local_broker_id: i32, log: Rc<Log>, state: PartitionState) -> Self {
-        let partition = Self {
-            local_broker_id,
+    pub fn new(
+        local_broker_id: i32,
+        log: Rc<Log>,
+        topic_id: Uuid,
+        config: ReplicationConfig,
+        alter_partition_manager: Option<Rc<AlterPartitionManager>>,
+    ) -> Self {
+        Self {
             log,
-            state: RefCell::new(state),
-        };
-        partition.maybe_increment_high_watermark();
-        partition
+            topic_id,
+            state: RefCell::new(PartitionState::new(local_broker_id)),
+            config,
+            alter_partition_manager,
+        }
     }
 
     pub fn log(&self) -> &Rc<Log> {
         &self.log
     }
 
+    pub fn topic_partition(&self) -> &TopicPartition {
+        self.log.topic_partition()
+    }
+
     pub fn is_leader(&self) -> bool {
-        self.state.borrow().leader == self.local_broker_id
+        self.state.borrow().is_leader()
     }
 
     pub fn leader_epoch(&self) -> i32 {
-        self.state.borrow().leader_epoch
+        self.state.borrow().leader_epoch()
+    }
+
+    /// The leader and ISR as committed (what the controller last confirmed).
+    pub fn leader_and_isr(&self) -> LeaderAndIsr {
+        self.state.borrow().committed().clone()
     }
 
     pub fn high_watermark(&self) -> i64 {
@@ -113,21 +155,69 @@ impl Partition {
         self.log.log_start_offset()
     }
 
-    /// Takes the metadata's latest word on leader, epoch and ISR.
-    pub fn update_state(&self, state: PartitionState) {
-        if *self.state.borrow() != state {
-            *self.state.borrow_mut() = state;
-            self.maybe_increment_high_watermark();
-        }
+    /// A leader's replication: whether its ISR lacks replicas, whether it is
+    /// below `min.insync.replicas`, and how many messages its furthest ISR
+    /// follower lags.
+    pub fn replication_status(&self) -> (bool, bool, i64) {
+        let state = self.state.borrow();
+        let committed = state.committed();
+        let log_end_offset = self.log.log_end_offset();
+        let lag = state
+            .followers()
+            .filter(|(id, _)| committed.isr.contains(id))
+            .map(|(_, follower)| log_end_offset - follower.log_end_offset.max(0))
+            .max()
+            .unwrap_or(0);
+        (
+            committed.isr.len() < committed.replicas.len(),
+            committed.isr.len() < state.effective_min_isr(self.min_insync_replicas()),
+            lag,
+        )
     }
 
-    /// Kafka's rule: the high watermark is the lowest log end offset in the
-    /// ISR. Until followers replicate, a leader's ISR is itself alone, so
-    /// every record it has is committed.
-    fn maybe_increment_high_watermark(&self) {
-        let state = self.state.borrow();
-        if state.leader == self.local_broker_id && state.isr == [self.local_broker_id] {
-            self.log.set_high_watermark(self.log.log_end_offset());
+    fn min_insync_replicas(&self) -> i32 {
+        self.log.config().min_insync_replicas
+    }
+
+    /// Takes the controller's word on leader, epoch and ISR (LeaderAndIsr),
+    /// if newer than what this replica has: Kafka's `makeLeader` and
+    /// `makeFollower`. A leader's new epoch starts at its log end in the epoch
+    /// cache. Whatever waits on the partition looks again.
+    pub async fn make_leader_or_follower(&self, state: LeaderAndIsr) -> Transition {
+        let transition = self.state.borrow_mut().become_leader_or_follower(
+            state,
+            self.log.log_end_offset(),
+            wall_clock_ms(),
+        );
+        if transition == Transition::Stale {
+            return transition;
+        }
+        if transition == Transition::NewEpoch && self.is_leader() {
+            if let Err(error) = self
+                .log
+                .assign_epoch_start_offset(self.leader_epoch())
+                .await
+            {
+                warn!(partition = %self.topic_partition(), %error, "cannot write the leader epoch checkpoint");
+            }
+        }
+        self.maybe_increment_high_watermark(wall_clock_ms());
+        self.log.wake_all_watches();
+        transition
+    }
+
+    /// Moves the leader's high watermark to what its ISR holds (Kafka's
+    /// `maybeIncrementLeaderHW`); wakes what waits on it.
+    fn maybe_increment_high_watermark(&self, now_ms: i64) {
+        let moved = self.state.borrow().high_watermark(
+            self.log.log_end_offset(),
+            self.log.high_watermark(),
+            self.min_insync_replicas(),
+            now_ms,
+            self.config.replica_lag_time_max_ms,
+        );
+        if let Some(high_watermark) = moved {
+            self.log.set_high_watermark(high_watermark);
         }
     }
 
@@ -141,26 +231,66 @@ impl Partition {
     ) -> Result<LogAppendInfo, AppendError> {
         let leader_epoch = {
             let state = self.state.borrow();
-            if state.leader != self.local_broker_id {
+            if !state.is_leader() {
                 return Err(AppendError::Refused(ResponseError::NotLeaderOrFollower));
             }
-            let min_insync_replicas = self.log.config().min_insync_replicas;
-            if required_acks == -1 && (state.isr.len() as i32) < min_insync_replicas {
+            let min_isr = state.effective_min_isr(self.min_insync_replicas());
+            if required_acks == -1 && state.committed().isr.len() < min_isr {
                 return Err(AppendError::Refused(ResponseError::NotEnoughReplicas));
             }
-            state.leader_epoch
+            state.leader_epoch()
         };
         let info = self
             .log
             .append_as_leader(records, leader_epoch, wall_clock_ms())
             .await
             .map_err(AppendError::Log)?;
-        self.maybe_increment_high_watermark();
+        self.maybe_increment_high_watermark(wall_clock_ms());
         Ok(info)
     }
 
-    /// Whole batches from `fetch_offset`, below the high watermark: what a
-    /// consumer may see (Kafka's `fetchRecords` at FETCH_HIGH_WATERMARK).
+    /// Kafka's DelayedProduce for one partition: waits until the high
+    /// watermark passes `last_offset`, or `deadline` (REQUEST_TIMED_OUT).
+    pub async fn wait_for_replication(
+        &self,
+        last_offset: i64,
+        deadline: Instant,
+    ) -> Result<(), ResponseError> {
+        loop {
+            let watch = Rc::new(FetchWatch::default());
+            let done = self.state.borrow().check_enough_replicas_reach_offset(
+                last_offset + 1,
+                self.high_watermark(),
+                self.min_insync_replicas(),
+            );
+            if let Some(done) = done {
+                return done;
+            }
+            if self.is_deleted() {
+                return Err(ResponseError::NotLeaderOrFollower);
+            }
+            self.log.watch(WatchedOffset::HighWatermark, &watch);
+            let timeout = glommio::timer::sleep(deadline.saturating_duration_since(Instant::now()));
+            let timed_out = or(
+                async {
+                    watch.moved().await;
+                    false
+                },
+                async {
+                    timeout.await;
+                    true
+                },
+            )
+            .await;
+            self.log.unwatch(&watch);
+            if timed_out {
+                return Err(ResponseError::RequestTimedOut);
+            }
+        }
+    }
+
+    /// Whole batches from `fetch_offset` to the log end (Kafka's
+    /// FetchIsolation.LOG_END): what a coordinator loads.
     pub async fn read_records(
         &self,
         fetch_offset: i64,
@@ -171,35 +301,90 @@ impl Partition {
             .read(
                 fetch_offset,
                 max_bytes,
-                self.high_watermark(),
+                self.log.log_end_offset(),
                 min_one_batch,
             )
             .await
     }
 
-    /// A fetch's answer for this partition. Only what the page cache holds is
-    /// left to sendfile: the connection's shard must never wait for the disk.
-    /// The rest is read through io_uring, which also brings it into the
-    /// cache; so is a range whose descriptor cannot be duplicated (out of
-    /// descriptors is no disk error).
-    pub async fn fetch(
+    /// Kafka's check of a fetch's CurrentLeaderEpoch: an older one is fenced,
+    /// a newer one not known here yet; -1 asks for no check.
+    fn check_current_leader_epoch(&self, current_leader_epoch: i32) -> Result<(), ResponseError> {
+        let epoch = self.leader_epoch();
+        match current_leader_epoch {
+            -1 => Ok(()),
+            asked if asked < epoch => Err(ResponseError::FencedLeaderEpoch),
+            asked if asked > epoch => Err(ResponseError::UnknownLeaderEpoch),
+            _ => Ok(()),
+        }
+    }
+
+    /// OffsetForLeaderEpoch on the leader: the end of `leader_epoch` here,
+    /// (-1, -1) when it is later than any epoch known.
+    pub fn last_offset_for_leader_epoch(
         &self,
-        fetch_offset: i64,
-        max_bytes: usize,
-        min_one_batch: bool,
-    ) -> ReadResult {
-        let high_watermark = self.high_watermark();
-        let mut result = ReadResult {
-            error: None,
-            high_watermark,
-            last_stable_offset: high_watermark,
-            log_start_offset: self.log.log_start_offset(),
-            records: None,
+        current_leader_epoch: i32,
+        leader_epoch: i32,
+    ) -> Result<(i32, i64), ResponseError> {
+        self.check_current_leader_epoch(current_leader_epoch)?;
+        Ok(self
+            .log
+            .end_offset_for_epoch(leader_epoch)
+            .unwrap_or((-1, -1)))
+    }
+
+    /// A fetch's answer for this partition. A consumer reads below the high
+    /// watermark; a follower up to the log end, after a check that its log
+    /// has not parted from this one (then it is told where, and reads
+    /// nothing), and its fetch offset tells the leader how far it has
+    /// replicated: the high watermark and the ISR may move. Only what the
+    /// page cache holds is left to sendfile: the connection's shard must never
+    /// wait for the disk. The rest is read through io_uring, which also brings
+    /// it into the cache; so is a range whose descriptor cannot be duplicated
+    /// (out of descriptors is no disk error).
+    pub async fn fetch(self: &Rc<Self>, request: PartitionFetch) -> ReadResult {
+        if let Err(error) = self.check_current_leader_epoch(request.current_leader_epoch) {
+            return ReadResult::error(error);
+        }
+        let is_follower = request.replica_id >= 0;
+        if is_follower && request.last_fetched_epoch >= 0 {
+            match self.log.end_offset_for_epoch(request.last_fetched_epoch) {
+                Some((epoch, end_offset))
+                    if epoch < request.last_fetched_epoch || end_offset < request.fetch_offset =>
+                {
+                    let mut result = self.empty_result(self.log.log_end_offset());
+                    result.diverging_epoch = Some((epoch, end_offset));
+                    return result;
+                }
+                Some(_) => {}
+                None => return ReadResult::error(ResponseError::OffsetOutOfRange),
+            }
+        }
+        let max_offset = if is_follower {
+            self.log.log_end_offset()
+        } else {
+            self.high_watermark()
         };
-        match self
-            .read_records(fetch_offset, max_bytes, min_one_batch)
-            .await
-        {
+        let read = self
+            .log
+            .read(
+                request.fetch_offset,
+                request.max_bytes,
+                max_offset,
+                request.min_one_batch,
+            )
+            .await;
+        if is_follower && read.is_ok() {
+            if let Err(error) = self.on_follower_fetch(request.replica_id, request.fetch_offset) {
+                return ReadResult::error(error);
+            }
+        }
+        let mut result = self.empty_result(if is_follower {
+            self.log.log_end_offset()
+        } else {
+            self.high_watermark()
+        });
+        match read {
             Ok(FetchDataInfo {
                 records: Some(slice),
                 ..
@@ -233,6 +418,129 @@ impl Partition {
             Err(error) => result.error = Some(error.response_error()),
         }
         result
+    }
+
+    fn empty_result(&self, watched_offset: i64) -> ReadResult {
+        let high_watermark = self.high_watermark();
+        ReadResult {
+            error: None,
+            high_watermark,
+            watched_offset,
+            diverging_epoch: None,
+            last_stable_offset: high_watermark,
+            log_start_offset: self.log.log_start_offset(),
+            records: None,
+        }
+    }
+
+    /// A follower fetched from `fetch_offset`: Kafka's
+    /// `updateFollowerFetchState`, then `maybeExpandIsr` and the high
+    /// watermark.
+    fn on_follower_fetch(
+        self: &Rc<Self>,
+        replica_id: i32,
+        fetch_offset: i64,
+    ) -> Result<(), ResponseError> {
+        let now_ms = wall_clock_ms();
+        let expanded = {
+            let mut state = self.state.borrow_mut();
+            if !state.is_leader() {
+                return Err(ResponseError::NotLeaderOrFollower);
+            }
+            state.update_follower_fetch_state(
+                replica_id,
+                fetch_offset,
+                self.log.log_end_offset(),
+                now_ms,
+            )?;
+            state.maybe_expand_isr(replica_id, self.high_watermark())
+        };
+        if let Some(isr) = expanded {
+            info!(partition = %self.topic_partition(), replica_id, ?isr, "expanding the ISR");
+            self.alter_isr(isr);
+        }
+        self.maybe_increment_high_watermark(now_ms);
+        Ok(())
+    }
+
+    /// Kafka's `maybeShrinkIsr`, run every half `replica.lag.time.max.ms`.
+    pub fn maybe_shrink_isr(self: &Rc<Self>, now_ms: i64) {
+        let shrunk = self.state.borrow_mut().maybe_shrink_isr(
+            self.log.log_end_offset(),
+            now_ms,
+            self.config.replica_lag_time_max_ms,
+        );
+        if let Some(isr) = shrunk {
+            info!(partition = %self.topic_partition(), ?isr, "shrinking the ISR");
+            self.alter_isr(isr);
+        }
+    }
+
+    /// The ISR this leader proposes, sent to the controller (AlterPartition);
+    /// the answer commits it or clears the proposal.
+    fn alter_isr(self: &Rc<Self>, isr: Vec<i32>) {
+        let Some(manager) = self.alter_partition_manager.clone() else {
+            return;
+        };
+        let committed = self.leader_and_isr();
+        let proposal = LeaderAndIsr {
+            isr,
+            leader_recovery_state: RECOVERED,
+            ..committed
+        };
+        let partition = self.clone();
+        glommio::spawn_local(async move {
+            let answer = manager
+                .submit(
+                    partition.topic_partition().clone(),
+                    partition.topic_id,
+                    proposal,
+                )
+                .await;
+            let mut state = partition.state.borrow_mut();
+            match answer {
+                Ok(committed) => {
+                    if !state.on_isr_committed(committed) {
+                        return;
+                    }
+                }
+                Err(error) => {
+                    warn!(partition = %partition.topic_partition(), %error, "ISR change refused");
+                    state.on_isr_refused();
+                    return;
+                }
+            }
+            drop(state);
+            partition.maybe_increment_high_watermark(wall_clock_ms());
+            partition.log.wake_all_watches();
+        })
+        .detach();
+    }
+
+    /// Appends what this follower fetched from its leader and takes the
+    /// leader's high watermark (never past what it has) and log start.
+    pub async fn append_records_as_follower(
+        &self,
+        records: &[u8],
+        leader_high_watermark: i64,
+        leader_log_start_offset: i64,
+    ) -> Result<i64, LogError> {
+        let log_end_offset = self
+            .log
+            .append_as_follower(records, wall_clock_ms())
+            .await?;
+        self.log
+            .maybe_follow_log_start_offset(leader_log_start_offset)
+            .await?;
+        self.log
+            .set_high_watermark(leader_high_watermark.min(log_end_offset));
+        Ok(log_end_offset)
+    }
+
+    /// A follower cuts its log where its leader's parts from it.
+    pub async fn truncate_to(&self, offset: i64) -> Result<(), LogError> {
+        info!(partition = %self.topic_partition(), offset, log_end_offset = self.log.log_end_offset(), "truncating to the leader's log");
+        self.log.truncate_to(offset).await
     }
 
     /// ListOffsets: -1 latest (high watermark), -2 earliest, -3 max
@@ -291,12 +599,12 @@ impl Partition {
             .map_err(|error| error.response_error())
     }
 
-    pub fn watch_high_watermark(&self, watch: &Rc<FetchWatch>) {
-        self.log.watch_high_watermark(watch);
+    pub fn watch(&self, offset: WatchedOffset, watch: &Rc<FetchWatch>) {
+        self.log.watch(offset, watch);
     }
 
-    pub fn unwatch_high_watermark(&self, watch: &Rc<FetchWatch>) {
-        self.log.unwatch_high_watermark(watch);
+    pub fn unwatch(&self, watch: &Rc<FetchWatch>) {
+        self.log.unwatch(watch);
     }
 
     pub fn is_deleted(&self) -> bool {

@@ -7,14 +7,20 @@
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use futures_lite::future::or;
-use shards::log::{FetchWatch, LogManager, TopicPartition};
+use shards::log::{wall_clock_ms, FetchWatch, LogManager, TopicPartition, WatchedOffset};
 use tracing::warn;
 
-use super::partition::{Partition, PartitionState};
+use super::alter_partition_manager::AlterPartitionManager;
+use super::partition::Partition;
+use super::partition_state::{LeaderAndIsr, Transition};
+use super::replica_fetcher::ReplicaFetcherManager;
+use crate::config::BrokerConfig;
 use crate::metadata::image::{kafka_uuid_string, MetadataImage};
+use crate::metrics::ReplicationGauges;
 use crate::protocol::ResponseError;
 
 /// A parked fetch on every shard it waits on: the shard it arrived on and a
@@ -23,8 +29,12 @@ pub type ParkedFetchId = (usize, u64);
 
 pub struct ReplicaManager {
     shard_id: usize,
-    local_broker_id: i32,
+    config: Arc<BrokerConfig>,
     log_manager: Rc<LogManager>,
+    /// The followers on this shard fetching from their leaders.
+    fetchers: Rc<ReplicaFetcherManager>,
+    /// ZooKeeper mode: ISR changes to the controller.
+    alter_partition_manager: Option<Rc<AlterPartitionManager>>,
     partitions: RefCell<HashMap<TopicPartition, Rc<Partition>>>,
     /// Fetches parked on this shard's partitions, so the shard a fetch arrived
     /// on can release them. A connection has one request in flight: about one
@@ -47,10 +57,11 @@ impl<'a> ParkedFetch<'a> {
         replica_manager: &'a ReplicaManager,
         id: ParkedFetchId,
         partitions: Vec<Rc<Partition>>,
+        watched: WatchedOffset,
     ) -> Self {
         let watch = Rc::new(FetchWatch::default());
         for partition in &partitions {
-            partition.watch_high_watermark(&watch);
+            partition.watch(watched, &watch);
         }
         let displaced = replica_manager
             .parked_fetches
@@ -69,7 +80,7 @@ impl<'a> ParkedFetch<'a> {
 impl Drop for ParkedFetch<'_> {
     fn drop(&mut self) {
         for partition in &self.partitions {
-            partition.unwatch_high_watermark(&self.watch);
+            partition.unwatch(&self.watch);
         }
         self.replica_manager
             .parked_fetches
@@ -79,10 +90,28 @@ impl Drop for ParkedFetch<'_> {
 }
 
 impl ReplicaManager {
-    pub fn new(shard_id: usize, local_broker_id: i32, log_manager: Rc<LogManager>) -> Self {
+    pub fn new(
+        shard_id: usize,
+        config: Arc<BrokerConfig>,
+        log_manager: Rc<LogManager>,
+        image: Arc<MetadataImage>,
+    ) -> Self {
+        let alter_partition_manager = config.zookeeper.is_some().then(|| {
+            Rc::new(AlterPartitionManager::new(
+                config.broker_id,
+                config.inter_broker_listener_name.clone(),
+                Duration::from_millis(config.replication.replica_socket_timeout_ms),
+                image,
+            ))
+        });
         Self {
             shard_id,
-            local_broker_id,
+            fetchers: Rc::new(ReplicaFetcherManager::new(
+                config.broker_id,
+                config.replication,
+            )),
+            alter_partition_manager,
+            config,
             log_manager,
             partitions: RefCell::new(HashMap::new()),
             parked_fetches: RefCell::new(HashMap::new()),
@@ -120,11 +149,17 @@ impl ReplicaManager {
     }
 
     /// Takes a new image: opens the logs of replicas newly placed on this
-    /// shard and applies their config and state; a replica no longer held
-    /// stops being served, and its log is deleted when StopReplica deleted it
-    /// or the image is complete (the controller's own: a log it does not
+    /// shard and applies their config, makes each a leader or a follower
+    /// as the controller last said (Kafka's `becomeLeaderOrFollower`; a
+    /// follower fetches from its leader from its log end), and stops serving
+    /// a replica no longer held: its log is deleted when StopReplica deleted
+    /// it or the image is complete (the controller's own: a log it does not
     /// place is a deleted topic's).
-    pub async fn apply_image(&self, image: &MetadataImage) {
+    pub async fn apply_image(&self, image: &Arc<MetadataImage>) {
+        self.fetchers.set_broker_epoch(image.broker_epoch);
+        if let Some(manager) = &self.alter_partition_manager {
+            manager.set_image(image.clone());
+        }
         for (topic, partition, replica) in image.local_replicas() {
             if replica.shard != self.shard_id {
                 continue;
@@ -153,20 +188,54 @@ impl ReplicaManager {
                     }
                 }
             };
-            let state = PartitionState {
-                leader: replica.state.leader,
-                leader_epoch: replica.state.leader_epoch,
-                isr: replica.state.isr.clone(),
-            };
             let known = self.partitions.borrow().get(tp).cloned();
-            match known {
-                Some(partition) if Rc::ptr_eq(partition.log(), &log) => {
-                    partition.update_state(state)
-                }
+            let partition = match known {
+                Some(partition) if Rc::ptr_eq(partition.log(), &log) => partition,
                 _ => {
-                    let partition = Rc::new(Partition::new(self.local_broker_id, log, state));
-                    self.partitions.borrow_mut().insert(tp.clone(), partition);
+                    let partition = Rc::new(Partition::new(
+                        self.config.broker_id,
+                        log,
+                        replica.state.topic_id,
+                        self.config.replication,
+                        self.alter_partition_manager.clone(),
+                    ));
+                    self.partitions
+                        .borrow_mut()
+                        .insert(tp.clone(), partition.clone());
+                    partition
                 }
+            };
+            let state = &replica.state;
+            let transition = partition
+                .make_leader_or_follower(LeaderAndIsr {
+                    leader: state.leader,
+                    leader_epoch: state.leader_epoch,
+                    partition_epoch: state.partition_epoch,
+                    isr: state.isr.clone(),
+                    replicas: state.replicas.clone(),
+                    leader_recovery_state: state.leader_recovery_state,
+                })
+                .await;
+            // A follower fetches from its leader once the image knows where
+            // the leader listens (UpdateMetadata may come after LeaderAndIsr).
+            let leader_address = image.brokers.get(&state.leader).and_then(|broker| {
+                broker
+                    .endpoint(&self.config.inter_broker_listener_name)
+                    .map(|endpoint| format!("{}:{}", endpoint.host, endpoint.port))
+            });
+            match leader_address {
+                Some(address) if state.leader != self.config.broker_id => {
+                    let following = self.fetchers.is_following(tp, state.leader);
+                    if transition != Transition::Stale || !following {
+                        self.fetchers.add_partition(
+                            partition,
+                            state.topic_id,
+                            state.leader,
+                            address,
+                        )
+                    }
+                }
+                _ => self.fetchers.remove_partition(tp),
             }
         }
         for log in self.log_manager.logs() {
@@ -175,7 +244,7 @@ impl ReplicaManager {
                 .local_replica(&tp.topic, tp.partition)
                 .is_some_and(|replica| replica.shard == self.shard_id);
             if !held_here {
-                self.partitions.borrow_mut().remove(tp);
+                self.stop_replica(tp);
                 if image.complete {
                     self.delete_log(tp).await;
                 }
@@ -183,10 +252,66 @@ impl ReplicaManager {
         }
         for (tp, shard) in &image.deleted_replicas {
             if *shard == self.shard_id {
-                self.partitions.borrow_mut().remove(tp);
+                self.stop_replica(tp);
                 self.delete_log(tp).await;
             }
         }
+    }
+
+    fn stop_replica(&self, tp: &TopicPartition) {
+        self.fetchers.remove_partition(tp);
+        if let Some(partition) = self.partitions.borrow_mut().remove(tp) {
+            partition.log().wake_all_watches();
+        }
+    }
+
+    /// Kafka's `isr-expiration` task: every half `replica.lag.time.max.ms`
+    /// each led partition drops the followers that have not caught up.
+    pub fn start_isr_expiration(self: &Rc<Self>) {
+        let manager = self.clone();
+        let interval = Duration::from_millis(
+            (self.config.replication.replica_lag_time_max_ms / 2).max(1) as u64,
+        );
+        glommio::spawn_local(async move {
+            loop {
+                glommio::timer::sleep(interval).await;
+                let led: Vec<Rc<Partition>> = manager
+                    .partitions
+                    .borrow()
+                    .values()
+                    .filter(|partition| partition.is_leader())
+                    .cloned()
+                    .collect();
+                let now_ms = wall_clock_ms();
+                for partition in led {
+                    partition.maybe_shrink_isr(now_ms);
+                }
+            }
+        })
+        .detach();
+    }
+
+    /// Stops the fetchers (the shard is stopping).
+    pub fn shutdown(&self) {
+        self.fetchers.shutdown();
+    }
+
+    /// What the metrics endpoint reports of replication on this shard.
+    pub fn replication_gauges(&self) -> ReplicationGauges {
+        let mut gauges = ReplicationGauges {
+            followed_partitions: self.fetchers.followed_partition_count() as u64,
+            ..ReplicationGauges::default()
+        };
+        for partition in self.partitions.borrow().values() {
+            if !partition.is_leader() {
+                continue;
+            }
+            let (under_replicated, under_min_isr, lag) = partition.replication_status();
+            gauges.under_replicated_partitions += u64::from(under_replicated);
+            gauges.under_min_isr_partitions += u64::from(under_min_isr);
+            gauges.max_follower_lag_messages = gauges.max_follower_lag_messages.max(lag);
+        }
+        gauges
     }
 
     async fn delete_log(&self, tp: &TopicPartition) {
@@ -202,32 +327,39 @@ impl ReplicaManager {
         id
     }
 
-    /// Kafka's DelayedFetch on this shard's partitions: returns when the high
-    /// watermark of one of them moves from what the fetch saw (`seen`), when
-    /// one goes, when the fetch is released, or at `deadline`.
+    /// Kafka's DelayedFetch on this shard's partitions: returns when the
+    /// watched offset (a consumer's high watermark, a follower's log end) of
+    /// one of them moves from what the fetch saw (`seen`), when one goes or
+    /// changes leadership, when the fetch is released, or at `deadline`.
     pub async fn watch_partitions(
         &self,
         id: ParkedFetchId,
         seen: Vec<(TopicPartition, i64)>,
+        watched: WatchedOffset,
         deadline: Instant,
     ) {
-        let watched: Vec<_> = seen
+        let watched_partitions: Vec<_> = seen
             .iter()
             .filter_map(|(tp, seen)| Some((self.online_partition(tp).ok()?, *seen)))
             .collect();
-        if watched
+        let offset = |partition: &Partition| match watched {
+            WatchedOffset::HighWatermark => partition.high_watermark(),
+            WatchedOffset::LogEnd => partition.log().log_end_offset(),
+        };
+        if watched_partitions
             .iter()
-            .any(|(partition, seen)| partition.high_watermark() != *seen || partition.is_deleted())
+            .any(|(partition, seen)| offset(partition) != *seen || partition.is_deleted())
         {
             return; // moved (or went) while the request crossed the mesh
         }
         let parked = ParkedFetch::register(
             self,
             id,
-            watched
+            watched_partitions
                 .into_iter()
                 .map(|(partition, _)| partition)
                 .collect(),
+            watched,
         );
         let timeout = glommio::timer::sleep(deadline.saturating_duration_since(Instant::now()));
         or(parked.watch.moved(), timeout).await;

@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use futures_lite::future::or;
-use shards::log::{LogManager, TopicPartition};
+use shards::log::{LogManager, TopicPartition, WatchedOffset};
 use shards::runtime::ShardMesh;
 
 use super::control::ControlClient;
@@ -23,7 +23,10 @@ use crate::coordinator::group::{partition_for, GroupCoordinator, GROUP_METADATA_
 use crate::metadata::image::MetadataImage;
 use crate::metrics::{LogGauges, MetricsSnapshot, ShardMetrics};
 use crate::protocol::ResponseError;
-use crate::replication::{AppendResult, OffsetAndEpoch, Partition, ReadResult, ReplicaManager};
+use crate::replication::{
+    AppendError, AppendResult, OffsetAndEpoch, Partition, PartitionFetch, ReadResult,
+    ReplicaManager,
+};
 
 pub struct ShardBroker {
     pub shard_id: usize,
@@ -58,8 +61,9 @@ impl ShardBroker {
         );
         let replica_manager = Rc::new(ReplicaManager::new(
             shard_id,
-            config.broker_id,
+            config.clone(),
             log_manager.clone(),
+            image.clone(),
         ));
         let groups = GroupCoordinator::new(config.group.clone(), replica_manager.clone());
         Self {
@@ -125,6 +129,7 @@ impl ShardBroker {
             requests,
             logs,
             leaders,
+            replication: self.replica_manager.replication_gauges(),
             parked_fetches: self.replica_manager.parked_fetch_count() as u64,
             groups_by_state,
             shard,
@@ -229,13 +234,15 @@ impl ShardBroker {
         }
     }
 
-    /// Appends a produced batch as leader, on the owning shard.
+    /// Appends a produced batch as leader, on the owning shard; with acks=all
+    /// answers once the ISR has it (Kafka's DelayedProduce) or at `deadline`.
     pub async fn append(
         self: &Rc<Self>,
         topic: &str,
         partition: i32,
         records: Bytes,
         required_acks: i16,
+        deadline: Instant,
     ) -> AppendResult {
         if topic == GROUP_METADATA_TOPIC_NAME {
             // Only the group coordinator writes there, as in Kafka.
@@ -246,9 +253,22 @@ impl ShardBroker {
         }
         let appended = self
             .on_leader_partition(topic, partition, move |partition| async move {
-                Ok(partition
+                let info = match partition
                     .append_records_to_leader(records, required_acks)
-                    .await)
+                    .await
+                {
+                    Ok(info) => info,
+                    Err(error) => return Ok(Err(error)),
+                };
+                if required_acks == -1 {
+                    if let Err(error) = partition
+                        .wait_for_replication(info.last_offset, deadline)
+                        .await
+                    {
+                        return Ok(Err(AppendError::Refused(error)));
+                    }
+                }
+                Ok(Ok(info))
             })
             .await;
         match appended {
@@ -264,28 +284,44 @@ impl ShardBroker {
         }
     }
 
-    /// Reads stored batches below the high watermark, on the owning shard.
+    /// Reads stored batches on the owning shard: below the high watermark
+    /// for a consumer, to the log end for a follower.
     pub async fn read(
         self: &Rc<Self>,
         topic: &str,
         partition: i32,
-        fetch_offset: i64,
-        max_bytes: usize,
-        min_one_batch: bool,
+        request: PartitionFetch,
     ) -> ReadResult {
         self.on_leader_partition(topic, partition, move |partition| async move {
-            Ok(partition
-                .fetch(fetch_offset, max_bytes, min_one_batch)
-                .await)
+            Ok(partition.fetch(request).await)
         })
         .await
         .unwrap_or_else(ReadResult::error)
     }
 
+    /// OffsetForLeaderEpoch on the owning shard: where `leader_epoch` ends.
+    pub async fn last_offset_for_leader_epoch(
+        self: &Rc<Self>,
+        topic: &str,
+        partition: i32,
+        current_leader_epoch: i32,
+        leader_epoch: i32,
+    ) -> Result<(i32, i64), ResponseError> {
+        self.on_leader_partition(topic, partition, move |partition| async move {
+            partition.last_offset_for_leader_epoch(current_leader_epoch, leader_epoch)
+        })
+        .await
+    }
+
     /// Parks a fetch that found too little until the high watermark of one of
     /// its partitions moves from what the fetch saw (`seen`), or until
     /// `deadline`: Kafka's DelayedFetch. Each owning shard watches its own.
-    pub async fn park_fetch(self: &Rc<Self>, seen: Vec<(TopicPartition, i64)>, deadline: Instant) {
+    pub async fn park_fetch(
+        self: &Rc<Self>,
+        seen: Vec<(TopicPartition, i64)>,
+        watched: WatchedOffset,
+        deadline: Instant,
+    ) {
         let mut by_shard: BTreeMap<usize, Vec<(TopicPartition, i64)>> = BTreeMap::new();
         for (tp, high_watermark) in seen {
             if let Ok(shard) = self.leader_shard(&tp.topic, tp.partition) {
@@ -312,7 +348,7 @@ impl ShardBroker {
                     .invoke_on(shard, &broker, move |broker: Rc<ShardBroker>| async move {
                         broker
                             .replica_manager
-                            .watch_partitions(id, partitions, deadline)
+                            .watch_partitions(id, partitions, watched, deadline)
                             .await
                     })
                     .await;

@@ -12,6 +12,7 @@ use glommio::channels::local_channel;
 use glommio::channels::shared_channel::{
     self, ConnectedReceiver, ConnectedSender, SharedReceiver, SharedSender,
 };
+use kafka_protocol::messages::{AlterPartitionRequest, AlterPartitionResponse};
 use shards::log::TopicPartition;
 use shards::runtime::ShardPlacement;
 use tracing::warn;
@@ -82,6 +83,12 @@ pub enum ControlRequest {
         broker_id: i32,
         broker_epoch: i64,
         reply: oneshot::Sender<Result<(i64, i32), ResponseError>>,
+    },
+    /// To the controller: a leader's ISR change.
+    AlterPartition {
+        request: Box<AlterPartitionRequest>,
+        version: i16,
+        reply: oneshot::Sender<AlterPartitionResponse>,
     },
     /// To the controller: a broker is stopping (ControlledShutdown).
     ControlledShutdown {
@@ -285,6 +292,24 @@ impl ControlClient {
             reply,
         })
         .await
+    }
+
+    /// Asks this broker's controller to commit a leader's ISR change.
+    pub async fn alter_partition(
+        &self,
+        request: AlterPartitionRequest,
+        version: i16,
+    ) -> AlterPartitionResponse {
+        let request = Box::new(request);
+        self.ask(|reply| ControlRequest::AlterPartition {
+            request,
+            version,
+            reply,
+        })
+        .await
+        .unwrap_or_else(|error| {
+            AlterPartitionResponse::default().with_error_code(error.error.code())
+        })
     }
 
     /// Asks this broker's controller to move a stopping broker's leaderships;
@@ -780,6 +805,14 @@ impl<Z: ZkClient> ControlPlane<Z> {
                     }),
                 )
             }
+            ControlRequest::AlterPartition {
+                request,
+                version,
+                reply,
+            } => {
+                let response = self.controller.alter_partition(*request, version).await;
+                (false, Box::new(move || drop(reply.send(response))))
+            }
             ControlRequest::ControlledShutdown {
                 broker_id,
                 broker_epoch,
@@ -905,6 +938,7 @@ impl<Z: ZkClient> ControlPlane<Z> {
                     isr: broker_ids(&state.isr),
                     replicas: broker_ids(&state.replicas),
                     partition_epoch: state.partition_epoch,
+                    leader_recovery_state: state.leader_recovery_state,
                 };
                 (TopicPartition::new(topic, state.partition_index), replica)
             })
@@ -1101,6 +1135,7 @@ fn assigned_replicas(
                         isr: p.isr.clone(),
                         replicas: p.replicas.clone(),
                         partition_epoch: 0,
+                        leader_recovery_state: 0,
                     };
                     let tp = TopicPartition::new(topic.name.clone(), index as i32);
                     (tp, state, topic.log_config.clone())

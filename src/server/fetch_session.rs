@@ -20,6 +20,10 @@ pub struct CachedPartition {
     pub topic_id: Uuid,
     pub fetch_offset: i64,
     pub max_bytes: i32,
+    /// The leader epoch the fetcher believes current (-1: unchecked).
+    pub current_leader_epoch: i32,
+    /// A follower's last fetched epoch (-1: none).
+    pub last_fetched_epoch: i32,
     /// What the client was last told, to send only changes.
     pub high_watermark: i64,
     pub last_stable_offset: i64,
@@ -115,6 +119,8 @@ mod tests {
             topic_id: Uuid::nil(),
             fetch_offset: 0,
             max_bytes: 100,
+            current_leader_epoch: -1,
+            last_fetched_epoch: -1,
             high_watermark: -1,
             last_stable_offset: -1,
             log_start_offset: -1,

@@ -212,6 +212,7 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
                 })
                 .detach();
                 log_manager.start_background_tasks();
+                broker.replica_manager.start_isr_expiration();
                 broker.groups.start();
                 // Clients come in only once every shard serves its partitions.
                 glommio::executor()
@@ -293,6 +294,7 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
                     metrics_server.cancel().await;
                 }
                 in_flight.stop();
+                broker.replica_manager.shutdown();
                 // Joins and syncs waiting on a rebalance are answered now.
                 broker.groups.shutdown();
                 let drain_deadline = Instant::now() + SHUTDOWN_DRAIN_TIMEOUT;

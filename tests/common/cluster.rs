@@ -269,3 +269,47 @@ impl Drop for KafkaBroker {
         }
     }
 }
+
+/// Each partition's leader (by index) as `address` answers Metadata for `topic`.
+pub fn leaders(address: &str, topic: &str) -> Vec<i32> {
+    use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+    use kafka_protocol::messages::{ApiKey, MetadataRequest, MetadataResponse, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+    let mut client = super::Client::connect(address);
+    let request =
+        MetadataRequest::default().with_topics(Some(vec![MetadataRequestTopic::default()
+            .with_name(Some(TopicName(StrBytes::from_string(topic.to_owned()))))]));
+    let Ok(response) = client.call::<_, MetadataResponse>(ApiKey::Metadata, 12, &request) else {
+        return Vec::new();
+    };
+    let mut partitions: Vec<(i32, i32)> = response
+        .topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions
+                .iter()
+                .map(|p| (p.partition_index, p.leader_id.0))
+        })
+        .collect();
+    partitions.sort();
+    partitions.into_iter().map(|(_, leader)| leader).collect()
+}
+
+/// Polls `condition` every 100 ms until it holds; fails after `within`.
+pub fn wait(within: Duration, what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + within;
+    while !condition() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: not within {within:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// kafka-topics against `bootstrap`; its output.
+pub fn kafka_topics(bootstrap: &str, args: &[&str]) -> String {
+    let mut all = vec!["--bootstrap-server", bootstrap];
+    all.extend_from_slice(args);
+    super::kafka_tool("org.apache.kafka.tools.TopicCommand", &all, None)
+}

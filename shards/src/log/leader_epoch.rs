@@ -98,18 +98,26 @@ impl LeaderEpochFileCache {
         changed
     }
 
-    /// OffsetForLeaderEpoch: the largest epoch at or below `requested` and the
-    /// offset where it ends (the next epoch's start, or the log end).
+    /// OffsetForLeaderEpoch, as Kafka's `endOffsetFor`: for the latest epoch
+    /// the log end; else the largest epoch at or below `requested` (or
+    /// `requested` itself when every known epoch is later) and where the next
+    /// epoch starts. None when `requested` is undefined or later than any epoch
+    /// known here.
     pub fn end_offset_for(&self, requested: i32, log_end_offset: i64) -> Option<(i32, i64)> {
+        if requested < 0 {
+            return None;
+        }
+        if self.latest_epoch() == Some(requested) {
+            return Some((requested, log_end_offset));
+        }
         let at = self
             .entries
             .partition_point(|entry| entry.epoch <= requested);
-        let found = self.entries.get(at.checked_sub(1)?)?;
-        let end = self
-            .entries
-            .get(at)
-            .map_or(log_end_offset, |next| next.start_offset);
-        Some((found.epoch, end))
+        let higher = self.entries.get(at)?;
+        let epoch = at
+            .checked_sub(1)
+            .map_or(requested, |floor| self.entries[floor].epoch);
+        Some((epoch, higher.start_offset))
     }
 
     pub fn write(&self) -> io::Result<()> {
@@ -136,7 +144,8 @@ mod tests {
         assert!(cache.assign(3, 20));
         assert_eq!(cache.end_offset_for(2, 30), Some((2, 20)));
         assert_eq!(cache.end_offset_for(1, 30), Some((0, 10)));
-        assert_eq!(cache.end_offset_for(7, 30), Some((3, 30)));
+        assert_eq!(cache.end_offset_for(3, 30), Some((3, 30)));
+        assert_eq!(cache.end_offset_for(7, 30), None);
         assert_eq!(cache.end_offset_for(-1, 30), None);
         cache.write().unwrap();
         assert_eq!(LeaderEpochFileCache::load(dir.path()).unwrap(), cache);

@@ -20,8 +20,8 @@ use super::leader_epoch::LeaderEpochFileCache;
 use super::log_dirs::LogDirHealth;
 use super::producer_state::{ProducerStateManager, SequenceCheck};
 use super::record_batch::{
-    stamp_batch, validate_produced_batch, AppendStamp, BatchIter, RecordBatchHeader, RecordIter,
-    TimestampType, RECORD_BATCH_OVERHEAD,
+    stamp_batch, validate_batch, validate_produced_batch, AppendStamp, BatchIter,
+    RecordBatchHeader, RecordIter, TimestampType, RECORD_BATCH_OVERHEAD,
 };
 use super::segment::{AppendedBatch, FileSlice, LogSegment};
 use super::{LogConfig, LogError, TimestampPolicy, TopicCompression, TopicPartition};
@@ -55,6 +55,20 @@ impl FetchWatch {
     }
     pub fn wake(&self) {
         self.moved.signal(1);
+    }
+}
+
+/// What a parked fetch waits to move: a consumer's the high watermark, a
+/// follower's the log end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WatchedOffset {
+    HighWatermark,
+    LogEnd,
+}
+
+fn wake(watches: &RefCell<Vec<Rc<FetchWatch>>>) {
+    for watch in watches.take() {
+        watch.wake();
     }
 }
 
@@ -117,10 +131,12 @@ pub struct Log {
     log_start_offset: Cell<i64>,
     log_end_offset: Cell<i64>,
     high_watermark: Cell<i64>,
-    /// Fetches parked on this partition, woken when the high watermark moves.
+    /// Fetches parked on this partition, woken when the high watermark moves
+    /// (consumers, delayed produces) or when the log end does (followers).
     /// A connection has one request in flight, so about one per connection
     /// fetching it (a watch released by another shard lingers until its job runs).
-    fetch_watches: RefCell<Vec<Rc<FetchWatch>>>,
+    high_watermark_watches: RefCell<Vec<Rc<FetchWatch>>>,
+    log_end_watches: RefCell<Vec<Rc<FetchWatch>>>,
     /// The recovery point and what guards it, shared with the background flush
     /// of rolled segments.
     flush_state: Rc<FlushState>,
@@ -262,7 +278,8 @@ impl Log {
                     .unwrap_or(log_start_offset)
                     .clamp(log_start_offset, log_end_offset),
             ),
-            fetch_watches: RefCell::new(Vec::new()),
+            high_watermark_watches: RefCell::new(Vec::new()),
+            log_end_watches: RefCell::new(Vec::new()),
             flush_state: Rc::new(FlushState {
                 lock: Semaphore::new(1),
                 recovery_point: Cell::new(recovery_point.min(log_end_offset)),
@@ -310,26 +327,33 @@ impl Log {
         self.high_watermark.get()
     }
     /// Moves the high watermark (it never passes the log end) and wakes the
-    /// fetches parked on this partition.
+    /// fetches parked on it.
     pub fn set_high_watermark(&self, offset: i64) {
         let offset = offset.clamp(self.log_start_offset(), self.log_end_offset());
         if offset != self.high_watermark.replace(offset) {
-            self.wake_fetch_watches();
+            wake(&self.high_watermark_watches);
         }
     }
-    fn wake_fetch_watches(&self) {
-        for watch in self.fetch_watches.take() {
-            watch.wake();
+    /// Wakes what waits on this partition whatever it watches: its
+    /// leadership changed, or it went.
+    pub fn wake_all_watches(&self) {
+        wake(&self.high_watermark_watches);
+        wake(&self.log_end_watches);
+    }
+    /// Parks `watch` until `offset` moves.
+    pub fn watch(&self, offset: WatchedOffset, watch: &Rc<FetchWatch>) {
+        let watches = match offset {
+            WatchedOffset::HighWatermark => &self.high_watermark_watches,
+            WatchedOffset::LogEnd => &self.log_end_watches,
+        };
+        watches.borrow_mut().push(watch.clone());
+    }
+    pub fn unwatch(&self, watch: &Rc<FetchWatch>) {
+        for watches in [&self.high_watermark_watches, &self.log_end_watches] {
+            watches
+                .borrow_mut()
+                .retain(|parked| !Rc::ptr_eq(parked, watch));
         }
-    }
-    /// Parks `watch` until the high watermark moves.
-    pub fn watch_high_watermark(&self, watch: &Rc<FetchWatch>) {
-        self.fetch_watches.borrow_mut().push(watch.clone());
-    }
-    pub fn unwatch_high_watermark(&self, watch: &Rc<FetchWatch>) {
-        self.fetch_watches
-            .borrow_mut()
-            .retain(|parked| !Rc::ptr_eq(parked, watch));
     }
     pub fn recovery_point(&self) -> i64 {
         self.flush_state.recovery_point.get()
@@ -374,6 +398,8 @@ impl Log {
     pub fn latest_epoch(&self) -> Option<i32> {
         self.leader_epoch_cache.borrow().latest_epoch()
     }
+    /// OffsetForLeaderEpoch's answer from this log (Kafka's
+    /// `LeaderEpochFileCache.endOffsetFor`).
     pub fn end_offset_for_epoch(&self, epoch: i32) -> Option<(i32, i64)> {
         self.leader_epoch_cache
             .borrow()
@@ -446,7 +472,11 @@ impl Log {
             },
         );
         let header = RecordBatchHeader::parse(&header_bytes)?;
-        self.append_locked(&[&header_bytes, records], &header, now_ms)
+        let batch = AppendedBatch {
+            position_in_buffer: 0,
+            header,
+        };
+        self.append_locked(&[&header_bytes, records], &[batch], now_ms)
             .await?;
         self.producer_state.borrow_mut().update(&header);
         let epoch_changed = self
@@ -469,32 +499,134 @@ impl Log {
         })
     }
 
-    /// Appends one batch, given in `parts` written back to back.
+    /// Appends batches, given in `parts` written back to back, rolling first
+    /// when they would not fit the active segment.
     async fn append_locked(
         &self,
         parts: &[&[u8]],
-        header: &RecordBatchHeader,
+        batches: &[AppendedBatch],
         now_ms: i64,
     ) -> Result<(), LogError> {
         let config = self.config();
+        let last = batches.last().expect("at least one batch").header;
+        let size_bytes: u64 = parts.iter().map(|part| part.len() as u64).sum();
+        let max_timestamp = batches
+            .iter()
+            .map(|batch| batch.header.max_timestamp)
+            .max()
+            .expect("at least one batch");
         let mut active = self.active_segment();
         if active.should_roll(
             &config,
-            header.size_bytes() as u64,
-            header.max_timestamp,
-            header.last_offset(),
+            size_bytes,
+            max_timestamp,
+            last.last_offset(),
             now_ms,
         ) {
             active = self.roll_locked(now_ms).await?;
         }
-        let batch = AppendedBatch {
-            position_in_buffer: 0,
-            header: *header,
-        };
         active
-            .append(parts, &[batch])
+            .append(parts, batches)
             .map_err(|error| self.health.on_error(error.into()))?;
-        self.log_end_offset.set(header.next_offset());
+        self.log_end_offset.set(last.next_offset());
+        wake(&self.log_end_watches);
+        Ok(())
+    }
+
+    /// Appends what a follower fetched from its leader, as the leader stored
+    /// it: the leader's offsets, epochs and timestamps, byte for byte. Whole
+    /// batches at or after the log end, in order; their epochs go to the
+    /// epoch cache and idempotent producers' state follows them, so a
+    /// follower that becomes leader deduplicates as the old leader did.
+    /// Returns the new log end.
+    pub async fn append_as_follower(&self, records: &[u8], now_ms: i64) -> Result<i64, LogError> {
+        self.health.check()?;
+        self.check_not_deleted()?;
+        let mut batches = Vec::new();
+        for batch in BatchIter::new(records) {
+            let (_, bytes) = batch?;
+            let header = validate_batch(bytes)?;
+            batches.push(header);
+        }
+        let Some(first) = batches.first() else {
+            return Ok(self.log_end_offset());
+        };
+        let _permit = permit(&self.append_lock).await;
+        self.check_not_deleted()?;
+        let mut next_offset = self.log_end_offset();
+        for header in &batches {
+            if header.base_offset < next_offset {
+                return Err(LogError::InvalidRecord(format!(
+                    "a replicated batch at offset {} is below the log end {next_offset}",
+                    header.base_offset
+                )));
+            }
+            next_offset = header.next_offset();
+        }
+        let mut position = 0;
+        let appended: Vec<AppendedBatch> = batches
+            .iter()
+            .map(|header| {
+                let batch = AppendedBatch {
+                    position_in_buffer: position,
+                    header: *header,
+                };
+                position += header.size_bytes();
+                batch
+            })
+            .collect();
+        assert_eq!(position, records.len(), "only whole batches were kept");
+        let first_offset = first.base_offset;
+        self.append_locked(&[records], &appended, now_ms).await?;
+        let mut epochs_changed = false;
+        {
+            let mut producers = self.producer_state.borrow_mut();
+            let mut epochs = self.leader_epoch_cache.borrow_mut();
+            for header in &batches {
+                if header.has_producer_id() {
+                    producers.update(header);
+                }
+                epochs_changed |= epochs.assign(header.partition_leader_epoch, header.base_offset);
+            }
+        }
+        if epochs_changed {
+            self.write_leader_epoch_checkpoint().await?;
+        }
+        let config = self.config();
+        self.unflushed_messages
+            .set(self.unflushed_messages.get() + next_offset - first_offset);
+        if self.unflushed_messages.get() >= config.flush_messages {
+            self.flush().await?;
+        }
+        Ok(next_offset)
+    }
+
+    /// A new leader epoch starts at the log end (Kafka's `makeLeader`): it
+    /// goes to the epoch cache at once, so a follower fetching with an older
+    /// epoch learns where that epoch ended even before anything is appended.
+    pub async fn assign_epoch_start_offset(&self, leader_epoch: i32) -> Result<(), LogError> {
+        let _permit = permit(&self.append_lock).await;
+        let changed = self
+            .leader_epoch_cache
+            .borrow_mut()
+            .assign(leader_epoch, self.log_end_offset());
+        if changed {
+            self.write_leader_epoch_checkpoint().await?;
+        }
+        Ok(())
+    }
+
+    /// A follower's log start follows its leader's (DeleteRecords, retention
+    /// there), never past its own log end.
+    pub async fn maybe_follow_log_start_offset(
+        &self,
+        leader_log_start_offset: i64,
+    ) -> Result<(), LogError> {
+        let _permit = permit(&self.maintenance_lock).await;
+        let offset = leader_log_start_offset.min(self.log_end_offset());
+        if offset > self.log_start_offset() {
+            self.advance_log_start_offset(offset).await?;
+        }
         Ok(())
     }
 
@@ -892,7 +1024,7 @@ impl Log {
         self.deleted.set(true);
         // Parked fetches read again now and find the partition gone, as
         // Kafka completes a DelayedFetch whose partition went away.
-        self.wake_fetch_watches();
+        self.wake_all_watches();
         let doomed = self.dir.with_file_name(format!(
             "{}.{:x}{DELETE_DIR_SUFFIX}",
             self.topic_partition,

@@ -26,6 +26,9 @@ pub struct LogManagerConfig {
     pub flush_scheduler_interval_ms: u64,
     /// `log.flush.offset.checkpoint.interval.ms`
     pub flush_offset_checkpoint_interval_ms: u64,
+    /// `replica.high.watermark.checkpoint.interval.ms`: the checkpoint files
+    /// are written together, at the shorter of the two intervals.
+    pub high_watermark_checkpoint_interval_ms: u64,
     /// `log.cleaner.enable`
     pub cleaner_enable: bool,
     /// `log.cleaner.backoff.ms`
@@ -40,6 +43,7 @@ impl Default for LogManagerConfig {
             retention_check_interval_ms: 300_000,
             flush_scheduler_interval_ms: i64::MAX as u64,
             flush_offset_checkpoint_interval_ms: 60_000,
+            high_watermark_checkpoint_interval_ms: 5_000,
             cleaner_enable: true,
             cleaner_backoff_ms: 15_000,
             cleaner_dedupe_buffer_bytes: 128 * 1024 * 1024,
@@ -225,7 +229,11 @@ impl LogManager {
         self.spawn_periodic(self.config.flush_scheduler_interval_ms, |m| {
             Box::pin(async move { m.flush_pass(wall_clock_ms()).await })
         });
-        self.spawn_periodic(self.config.flush_offset_checkpoint_interval_ms, |m| {
+        let checkpoint_interval_ms = self
+            .config
+            .flush_offset_checkpoint_interval_ms
+            .min(self.config.high_watermark_checkpoint_interval_ms);
+        self.spawn_periodic(checkpoint_interval_ms, |m| {
             Box::pin(async move {
                 m.publish_checkpoints();
                 if m.shard_id == 0 {

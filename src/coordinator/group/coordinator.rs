@@ -7,7 +7,7 @@
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_channel::oneshot;
@@ -33,6 +33,9 @@ pub const GROUP_METADATA_TOPIC_NAME: &str = "__consumer_offsets";
 const MAX_RECORD_STRING_BYTES: usize = i16::MAX as usize;
 
 /// How often deadlines (sessions, joins, initial delays) are looked at.
+/// Kafka's `offsets.commit.timeout.ms`: how long a commit waits for the
+/// ISR of its `__consumer_offsets` partition.
+const OFFSET_COMMIT_TIMEOUT_MS: u64 = 5_000;
 const TICK_INTERVAL: Duration = Duration::from_millis(100);
 
 /// The group settings of `server.properties`, with Kafka's names and defaults.
@@ -306,7 +309,9 @@ impl GroupCoordinator {
         let mut records = 0u64;
         if let Ok(stored) = self.offsets_partition(partition) {
             let mut position = stored.log_start_offset();
-            let end = stored.high_watermark();
+            // To the log end, as Kafka loads: a new leader has every
+            // acknowledged record, its high watermark may not show it yet.
+            let end = stored.log().log_end_offset();
             while position < end {
                 let chunk = match stored
                     .read_records(position, self.config.load_buffer_bytes, true)
@@ -418,12 +423,15 @@ impl GroupCoordinator {
         for (key, value) in &records {
             builder.append(now_ms, Some(key), value.as_deref());
         }
-        // acks=all, as Kafka's coordinator writes.
-        offsets
+        // acks=all, as Kafka's coordinator writes: done once the ISR has it.
+        let info = offsets
             .append_records_to_leader(builder.build(), -1)
             .await
-            .map(|_| ())
-            .map_err(|error| error.response_error())
+            .map_err(|error| error.response_error())?;
+        let deadline = Instant::now() + Duration::from_millis(OFFSET_COMMIT_TIMEOUT_MS);
+        offsets
+            .wait_for_replication(info.last_offset, deadline)
+            .await
     }
 
     /// Writes a group's metadata record, logging rather than failing: used
@@ -1366,7 +1374,8 @@ fn store_error(code: ResponseError) -> ResponseError {
     match code {
         ResponseError::UnknownTopicOrPartition
         | ResponseError::NotEnoughReplicas
-        | ResponseError::NotEnoughReplicasAfterAppend => ResponseError::CoordinatorNotAvailable,
+        | ResponseError::NotEnoughReplicasAfterAppend
+        | ResponseError::RequestTimedOut => ResponseError::CoordinatorNotAvailable,
         ResponseError::NotLeaderOrFollower
         | ResponseError::KafkaStorageError
         | ResponseError::NotCoordinator => ResponseError::NotCoordinator,

@@ -1,0 +1,400 @@
+//! ISR replication across three real brokers and a real ZooKeeper: followers
+//! fetch from leaders, acks=all waits for the ISR, the ISR shrinks and
+//! expands, and leader epochs make a returning broker truncate what the
+//! new leader never had. Nothing acknowledged is ever lost.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::cluster::{kafka_topics, wait, ZooKeeper};
+use common::{kcat, Client};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::Message;
+use shards::log::record_batch::RecordBatchBuilder;
+
+const CHROOT: &str = "/replication";
+
+/// A partition's state znode: leader and ISR.
+fn state(zk: &ZooKeeper, topic: &str, partition: i32) -> (i32, Vec<i32>) {
+    let state = zk
+        .json(&format!(
+            "{CHROOT}/brokers/topics/{topic}/partitions/{partition}/state"
+        ))
+        .unwrap();
+    let isr = state["isr"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|id| id.as_i64().unwrap() as i32)
+        .collect();
+    (state["leader"].as_i64().unwrap() as i32, isr)
+}
+
+fn create_topic(bootstrap: &str, topic: &str, partitions: u32, min_insync: u32) {
+    kafka_topics(
+        bootstrap,
+        &[
+            "--create",
+            "--topic",
+            topic,
+            "--partitions",
+            &partitions.to_string(),
+            "--replication-factor",
+            "3",
+            "--config",
+            &format!("min.insync.replicas={min_insync}"),
+        ],
+    );
+}
+
+fn full_isr(zk: &ZooKeeper, topic: &str, partitions: i32) -> bool {
+    (0..partitions).all(|p| state(zk, topic, p).1.len() == 3)
+}
+
+/// The bytes of a partition's segment files on a broker, in offset order.
+fn replica_bytes(broker: &common::Broker, topic: &str, partition: i32) -> Vec<u8> {
+    let dir = broker.data_dir().join(format!("{topic}-{partition}"));
+    let mut logs: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| path.extension().is_some_and(|e| e == "log"))
+        .collect();
+    logs.sort();
+    logs.iter()
+        .flat_map(|path| std::fs::read(path).unwrap())
+        .collect()
+}
+
+/// Waits until every replica of each partition holds the same bytes.
+fn replicas_agree(brokers: &[common::Broker], topic: &str, partitions: i32) {
+    wait(Duration::from_secs(20), "identical replicas", || {
+        (0..partitions).all(|p| {
+            let first = replica_bytes(&brokers[0], topic, p);
+            brokers[1..]
+                .iter()
+                .all(|b| replica_bytes(b, topic, p) == first)
+        })
+    });
+}
+
+/// Every record of `topic`, read from the beginning: (partition, value).
+fn read_all(bootstrap: &str, topic: &str) -> Vec<(i32, String)> {
+    kcat(
+        &[
+            "-b", bootstrap, "-t", topic, "-C", "-e", "-q", "-f", "%p %s\n",
+        ],
+        None,
+    )
+    .lines()
+    .map(|line| {
+        let (partition, value) = line.split_once(' ').unwrap();
+        (partition.parse().unwrap(), value.to_owned())
+    })
+    .collect()
+}
+
+struct Acked(Arc<Mutex<Vec<(i32, i64, String)>>>, Arc<Mutex<Vec<String>>>);
+
+impl rdkafka::ClientContext for Acked {}
+
+impl rdkafka::producer::ProducerContext for Acked {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &rdkafka::message::DeliveryResult<'_>, _: ()) {
+        match result {
+            Ok(message) => {
+                let value = String::from_utf8(message.payload().unwrap().to_vec()).unwrap();
+                self.0
+                    .lock()
+                    .unwrap()
+                    .push((message.partition(), message.offset(), value));
+            }
+            Err((error, _)) => self.1.lock().unwrap().push(error.to_string()),
+        }
+    }
+}
+
+/// rdkafka, acks=all and idempotent, writing numbered records without pause
+/// until `producing` is cleared; returns the acknowledged records and the
+/// delivery errors.
+type AckedRecords = (Vec<(i32, i64, String)>, Vec<String>);
+
+fn produce_until(
+    bootstrap: String,
+    topic: &'static str,
+    producing: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<AckedRecords> {
+    std::thread::spawn(move || {
+        let acked = Arc::new(Mutex::new(Vec::new()));
+        let errors = Arc::new(Mutex::new(Vec::new()));
+        let producer: BaseProducer<Acked> = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", &bootstrap)
+            .set("acks", "all")
+            .set("enable.idempotence", "true")
+            .set("linger.ms", "2")
+            .set("message.timeout.ms", "120000")
+            .create_with_context(Acked(acked.clone(), errors.clone()))
+            .unwrap();
+        let mut next = 0u64;
+        while producing.load(Ordering::Acquire) {
+            let value = next.to_string();
+            let key = (next % 16).to_string();
+            let record = BaseRecord::to(topic).key(&key).payload(&value);
+            if producer.send(record).is_ok() {
+                next += 1;
+            }
+            producer.poll(Duration::from_millis(1));
+        }
+        producer.flush(Duration::from_secs(120)).unwrap();
+        let acked = acked.lock().unwrap().clone();
+        let errors = errors.lock().unwrap().clone();
+        (acked, errors)
+    })
+}
+
+/// Every acknowledged record is read back once, at its offset's place, and
+/// each partition's values only grow (the producer's order).
+fn check_acknowledged(acked: &[(i32, i64, String)], read: &[(i32, String)]) {
+    let mut by_partition: BTreeMap<i32, Vec<String>> = BTreeMap::new();
+    for (partition, value) in read {
+        by_partition
+            .entry(*partition)
+            .or_default()
+            .push(value.clone());
+    }
+    for values in by_partition.values() {
+        let numbers: Vec<u64> = values.iter().map(|v| v.parse().unwrap()).collect();
+        assert!(
+            numbers.windows(2).all(|pair| pair[0] < pair[1]),
+            "a partition's records are in order, each once"
+        );
+    }
+    for (partition, offset, value) in acked {
+        let stored = by_partition
+            .get(partition)
+            .and_then(|values| values.get(*offset as usize));
+        assert_eq!(
+            stored,
+            Some(value),
+            "acknowledged {value} at {partition}/{offset}"
+        );
+    }
+}
+
+#[test]
+fn acknowledged_records_survive_leaders_killed_and_restarted() {
+    const CYCLES: usize = 20;
+    let zk = ZooKeeper::start();
+    let extra = [
+        "zookeeper.session.timeout.ms=2000",
+        "replica.fetch.backoff.ms=200",
+    ];
+    let mut brokers: Vec<_> = (1..=3)
+        .map(|id| zk.start_broker(CHROOT, id, &extra))
+        .collect();
+    let all: Vec<String> = brokers.iter().map(|b| b.address()).collect();
+    create_topic(&all[0], "acked", 3, 2);
+    wait(Duration::from_secs(20), "full ISRs", || {
+        full_isr(&zk, "acked", 3)
+    });
+    let producing = Arc::new(AtomicBool::new(true));
+    let producer = produce_until(all.join(","), "acked", producing.clone());
+    std::thread::sleep(Duration::from_millis(500));
+    for cycle in 0..CYCLES {
+        let partition = (cycle % 3) as i32;
+        let (leader, _) = state(&zk, "acked", partition);
+        let victim = &mut brokers[(leader - 1) as usize];
+        victim.kill();
+        wait(Duration::from_secs(20), "a new leader", || {
+            let (now, isr) = state(&zk, "acked", partition);
+            now != leader && now > 0 && !isr.contains(&leader)
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        brokers[(leader - 1) as usize].restart();
+        wait(Duration::from_secs(30), "the ISRs full again", || {
+            full_isr(&zk, "acked", 3)
+        });
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    producing.store(false, Ordering::Release);
+    let (acked, errors) = producer.join().unwrap();
+    assert!(errors.is_empty(), "{errors:?}");
+    assert!(acked.len() > 1_000, "{} acknowledged", acked.len());
+    check_acknowledged(&acked, &read_all(&all.join(","), "acked"));
+    replicas_agree(&brokers, "acked", 3);
+}
+
+#[test]
+fn a_paused_follower_leaves_the_isr_and_rejoins_once_caught_up() {
+    let zk = ZooKeeper::start();
+    let extra = [
+        "zookeeper.session.timeout.ms=12000",
+        "replica.lag.time.max.ms=2000",
+    ];
+    let brokers: Vec<_> = (1..=3)
+        .map(|id| zk.start_broker(CHROOT, id, &extra))
+        .collect();
+    let all: Vec<String> = brokers.iter().map(|b| b.address()).collect();
+    create_topic(&all[0], "paused", 1, 2);
+    wait(Duration::from_secs(20), "a full ISR", || {
+        full_isr(&zk, "paused", 1)
+    });
+    let (leader, isr) = state(&zk, "paused", 0);
+    let follower = *isr.iter().find(|id| **id != leader).unwrap();
+    brokers[(follower - 1) as usize].pause();
+    // acks=all goes on with two: the paused follower is dropped from the ISR.
+    let input: String = (0..200).map(|i| format!("{i}\n")).collect();
+    kcat(
+        &[
+            "-b",
+            &all[(leader - 1) as usize],
+            "-t",
+            "paused",
+            "-P",
+            "-X",
+            "acks=all",
+        ],
+        Some(&input),
+    );
+    let (_, shrunk) = state(&zk, "paused", 0);
+    assert!(
+        !shrunk.contains(&follower) && shrunk.len() == 2,
+        "{shrunk:?}"
+    );
+    brokers[(follower - 1) as usize].resume();
+    wait(
+        Duration::from_secs(20),
+        "the follower back in the ISR",
+        || state(&zk, "paused", 0).1.contains(&follower),
+    );
+    replicas_agree(&brokers, "paused", 1);
+    assert_eq!(read_all(&all[0], "paused").len(), 200);
+}
+
+/// A batch of one record, as a producer sends it.
+fn batch(value: &str) -> Vec<u8> {
+    let now = shards::log::wall_clock_ms();
+    let mut builder = RecordBatchBuilder::new(0, now);
+    builder.append(now, None, Some(value.as_bytes()));
+    builder.build()
+}
+
+#[test]
+fn acks_all_is_refused_below_min_insync_replicas_and_resumes() {
+    let zk = ZooKeeper::start();
+    let mut brokers: Vec<_> = (1..=3).map(|id| zk.start_broker(CHROOT, id, &[])).collect();
+    let all: Vec<String> = brokers.iter().map(|b| b.address()).collect();
+    create_topic(&all[0], "guarded", 1, 2);
+    wait(Duration::from_secs(20), "a full ISR", || {
+        full_isr(&zk, "guarded", 1)
+    });
+    let (leader, _) = state(&zk, "guarded", 0);
+    let others: Vec<i32> = (1..=3).filter(|id| *id != leader).collect();
+    for id in &others {
+        brokers[(*id - 1) as usize].kill();
+    }
+    wait(
+        Duration::from_secs(20),
+        "the ISR down to the leader",
+        || state(&zk, "guarded", 0).1 == [leader],
+    );
+    let leader_address = &all[(leader - 1) as usize];
+    let before = read_all(leader_address, "guarded").len();
+    let mut client = Client::connect(leader_address);
+    let refused = client.produce("guarded", 0, batch("refused")).unwrap();
+    assert_eq!(refused.error_code, 19, "NOT_ENOUGH_REPLICAS");
+    brokers[(others[0] - 1) as usize].restart();
+    wait(Duration::from_secs(30), "two in the ISR", || {
+        state(&zk, "guarded", 0).1.len() == 2
+    });
+    let accepted = client.produce("guarded", 0, batch("accepted")).unwrap();
+    assert_eq!(accepted.error_code, 0);
+    let read = read_all(leader_address, "guarded");
+    assert_eq!(read.len(), before + 1);
+    assert_eq!(read.last().unwrap().1, "accepted");
+}
+
+#[test]
+fn a_returning_leader_truncates_what_the_new_leader_never_had() {
+    let zk = ZooKeeper::start();
+    let mut brokers: Vec<_> = (1..=3).map(|id| zk.start_broker(CHROOT, id, &[])).collect();
+    let all: Vec<String> = brokers.iter().map(|b| b.address()).collect();
+    create_topic(&all[0], "diverged", 1, 1);
+    wait(Duration::from_secs(20), "a full ISR", || {
+        full_isr(&zk, "diverged", 1)
+    });
+    let acked: String = (0..100).map(|i| format!("acked-{i}\n")).collect();
+    kcat(
+        &["-b", &all[0], "-t", "diverged", "-P", "-X", "acks=all"],
+        Some(&acked),
+    );
+    let (old_leader, _) = state(&zk, "diverged", 0);
+    let followers: Vec<i32> = (1..=3).filter(|id| *id != old_leader).collect();
+    // The followers are paused: what the leader takes now (acks=1) it alone has.
+    for id in &followers {
+        brokers[(*id - 1) as usize].pause();
+    }
+    // Their fetches parked on the leader are answered (empty) within
+    // replica.fetch.wait.max.ms; none is parked when the leader appends.
+    std::thread::sleep(Duration::from_millis(1_000));
+    let lost: String = (0..50).map(|i| format!("unreplicated-{i}\n")).collect();
+    kcat(
+        &[
+            "-b",
+            &all[(old_leader - 1) as usize],
+            "-t",
+            "diverged",
+            "-P",
+            "-X",
+            "acks=1",
+        ],
+        Some(&lost),
+    );
+    brokers[(old_leader - 1) as usize].kill();
+    for id in &followers {
+        brokers[(*id - 1) as usize].resume();
+    }
+    wait(Duration::from_secs(30), "a new leader", || {
+        let (leader, _) = state(&zk, "diverged", 0);
+        leader != old_leader && leader > 0
+    });
+    let (new_leader, _) = state(&zk, "diverged", 0);
+    let more: String = (0..100).map(|i| format!("after-{i}\n")).collect();
+    kcat(
+        &[
+            "-b",
+            &all[(new_leader - 1) as usize],
+            "-t",
+            "diverged",
+            "-P",
+            "-X",
+            "acks=all",
+        ],
+        Some(&more),
+    );
+    brokers[(old_leader - 1) as usize].restart();
+    wait(
+        Duration::from_secs(30),
+        "the old leader back in the ISR",
+        || full_isr(&zk, "diverged", 1),
+    );
+    replicas_agree(&brokers, "diverged", 1);
+    let returned_log = brokers[(old_leader - 1) as usize].log();
+    assert!(
+        returned_log.contains("truncating to the leader's log"),
+        "the returning broker truncated:\n{returned_log}"
+    );
+    let read: Vec<String> = read_all(&all[(new_leader - 1) as usize], "diverged")
+        .into_iter()
+        .map(|(_, value)| value)
+        .collect();
+    let expected: Vec<String> = (0..100)
+        .map(|i| format!("acked-{i}"))
+        .chain((0..100).map(|i| format!("after-{i}")))
+        .collect();
+    assert_eq!(read, expected);
+}
