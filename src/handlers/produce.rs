@@ -25,47 +25,52 @@ pub async fn handle(
     // acks=all waits at most the request's timeout for the ISR.
     let deadline = Instant::now() + Duration::from_millis(request.timeout_ms.max(0) as u64);
     let image = ctx.broker.image();
-    // Every partition is appended (and waited on) at once, each on its shard.
-    let mut appends = Vec::new();
+    let mut names = Vec::with_capacity(request.topic_data.len());
     let mut topics = Vec::with_capacity(request.topic_data.len());
+    // Each partition's batch, with its topic's place in `names`.
+    let mut batches = Vec::new();
     for topic in request.topic_data {
         // v13+ names topics by id.
-        let name = if version >= 13 {
+        names.push(if version >= 13 {
             image
                 .topic_by_id(&topic.topic_id)
                 .map(|t| t.name.clone())
                 .unwrap_or_default()
         } else {
             topic.name.0.to_string()
-        };
+        });
         let mut indexes = Vec::with_capacity(topic.partition_data.len());
         for data in topic.partition_data {
             indexes.push(data.index);
-            let name = name.clone();
-            appends.push(async move {
-                match (valid_acks, data.records) {
-                    (false, _) | (true, None) => None,
-                    (true, Some(_)) if name.is_empty() => {
-                        Some(AppendResult::error(ResponseError::UnknownTopicId, None))
-                    }
-                    (true, Some(records)) => {
-                        let messages = RecordBatchHeader::parse(&records)
-                            .map_or(0, |header| header.records_count.max(0) as u64);
-                        let bytes = records.len() as u64;
-                        let result = ctx
-                            .broker
-                            .append(&name, data.index, records, acks, deadline)
-                            .await;
-                        if result.error.is_none() {
-                            ctx.broker.metrics.record_produce(&name, messages, bytes);
-                        }
-                        Some(result)
-                    }
-                }
-            });
+            batches.push((names.len() - 1, data.index, data.records));
         }
         topics.push((topic.name, topic.topic_id, indexes));
     }
+    // Every partition is appended (and waited on) at once, each on its shard.
+    let appends = batches.into_iter().map(|(topic, index, records)| {
+        let name = names[topic].as_str();
+        async move {
+            match (valid_acks, records) {
+                (false, _) | (true, None) => None,
+                (true, Some(_)) if name.is_empty() => {
+                    Some(AppendResult::error(ResponseError::UnknownTopicId, None))
+                }
+                (true, Some(records)) => {
+                    let messages = RecordBatchHeader::parse(&records)
+                        .map_or(0, |header| header.records_count.max(0) as u64);
+                    let bytes = records.len() as u64;
+                    let result = ctx
+                        .broker
+                        .append(name, index, records, acks, deadline)
+                        .await;
+                    if result.error.is_none() {
+                        ctx.broker.metrics.record_produce(name, messages, bytes);
+                    }
+                    Some(result)
+                }
+            }
+        }
+    });
     let mut results = join_all(appends).await.into_iter();
     let mut responses = Vec::with_capacity(topics.len());
     for (name, topic_id, indexes) in topics {

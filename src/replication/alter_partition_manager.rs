@@ -14,7 +14,6 @@ use futures_channel::oneshot;
 use glommio::sync::Semaphore;
 use kafka_protocol::messages::alter_partition_request::{BrokerState, PartitionData, TopicData};
 use kafka_protocol::messages::{AlterPartitionRequest, AlterPartitionResponse, ApiKey, BrokerId};
-use shards::log::TopicPartition;
 use tracing::warn;
 use uuid::Uuid;
 
@@ -32,18 +31,24 @@ pub const MAX_QUEUED_PROPOSALS: usize = 100_000;
 
 type Answer = Result<LeaderAndIsr, ResponseError>;
 
+/// A partition as AlterPartition names it: topic id and index.
+type PartitionKey = (Uuid, i32);
+
 struct Proposal {
-    topic_id: Uuid,
     state: LeaderAndIsr,
     reply: oneshot::Sender<Answer>,
 }
+
+/// Proposals by partition; a topic's partitions sit together, as the
+/// request groups them.
+type Proposals = BTreeMap<PartitionKey, Proposal>;
 
 pub struct AlterPartitionManager {
     broker_id: i32,
     inter_broker_listener_name: String,
     request_timeout: Duration,
     image: RefCell<Arc<MetadataImage>>,
-    queued: RefCell<BTreeMap<TopicPartition, Proposal>>,
+    queued: RefCell<Proposals>,
     /// Signalled when a proposal is queued.
     queued_signal: Semaphore,
     sender_running: Cell<bool>,
@@ -75,12 +80,7 @@ impl AlterPartitionManager {
     /// Proposes `state` (the leader's epoch and partition epoch, the new ISR)
     /// and resolves with the controller's answer. A newer proposal for the
     /// same partition replaces one not yet sent (OPERATION_NOT_ATTEMPTED).
-    pub async fn submit(
-        self: &Rc<Self>,
-        tp: TopicPartition,
-        topic_id: Uuid,
-        state: LeaderAndIsr,
-    ) -> Answer {
+    pub async fn submit(self: &Rc<Self>, partition: PartitionKey, state: LeaderAndIsr) -> Answer {
         let (reply, answer) = oneshot::channel();
         {
             let mut queued = self.queued.borrow_mut();
@@ -88,14 +88,7 @@ impl AlterPartitionManager {
                 queued.len() < MAX_QUEUED_PROPOSALS,
                 "one proposal per led partition"
             );
-            if let Some(replaced) = queued.insert(
-                tp,
-                Proposal {
-                    topic_id,
-                    state,
-                    reply,
-                },
-            ) {
+            if let Some(replaced) = queued.insert(partition, Proposal { state, reply }) {
                 let _ = replaced
                     .reply
                     .send(Err(ResponseError::OperationNotAttempted));
@@ -133,10 +126,10 @@ impl AlterPartitionManager {
     }
 
     /// Proposals to send again, unless a newer one for their partition came.
-    fn requeue(&self, batch: BTreeMap<TopicPartition, Proposal>) {
+    fn requeue(&self, batch: Proposals) {
         let mut queued = self.queued.borrow_mut();
-        for (tp, proposal) in batch {
-            match queued.entry(tp) {
+        for (partition, proposal) in batch {
+            match queued.entry(partition) {
                 std::collections::btree_map::Entry::Occupied(_) => {
                     let _ = proposal
                         .reply
@@ -154,7 +147,7 @@ impl AlterPartitionManager {
     async fn send(
         &self,
         connection: &mut Option<(i32, BrokerConnection)>,
-        batch: &BTreeMap<TopicPartition, Proposal>,
+        batch: &Proposals,
     ) -> Result<AlterPartitionResponse, String> {
         let image = self.image.borrow().clone();
         let controller = image.controller_id;
@@ -174,11 +167,11 @@ impl AlterPartitionManager {
             ));
         }
         let mut topics: BTreeMap<Uuid, Vec<PartitionData>> = BTreeMap::new();
-        for (tp, proposal) in batch {
+        for ((topic_id, partition), proposal) in batch {
             let state = &proposal.state;
-            topics.entry(proposal.topic_id).or_default().push(
+            topics.entry(*topic_id).or_default().push(
                 PartitionData::default()
-                    .with_partition_index(tp.partition)
+                    .with_partition_index(*partition)
                     .with_leader_epoch(state.leader_epoch)
                     // ZooKeeper-mode brokers send no broker epochs here.
                     .with_new_isr_with_epochs(
@@ -225,21 +218,11 @@ impl AlterPartitionManager {
     }
 
     /// Each proposal's answer; a partition the response forgot is sent again.
-    fn answer(
-        &self,
-        mut batch: BTreeMap<TopicPartition, Proposal>,
-        response: AlterPartitionResponse,
-    ) {
+    fn answer(&self, mut batch: Proposals, response: AlterPartitionResponse) {
         for topic in response.topics {
             for partition in topic.partitions {
-                let key = batch
-                    .iter()
-                    .find(|(tp, proposal)| {
-                        proposal.topic_id == topic.topic_id
-                            && tp.partition == partition.partition_index
-                    })
-                    .map(|(tp, _)| tp.clone());
-                let Some(proposal) = key.and_then(|tp| batch.remove(&tp)) else {
+                let Some(proposal) = batch.remove(&(topic.topic_id, partition.partition_index))
+                else {
                     continue;
                 };
                 let answer = match ResponseError::try_from_code(partition.error_code) {

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use shards::log::TopicPartition;
 use uuid::Uuid;
 
+use super::partition_state::LeaderAndIsr;
 use crate::protocol::inter_broker::{EPOCH_DURING_DELETE, NO_EPOCH};
 use crate::protocol::ResponseError;
 
@@ -16,14 +17,7 @@ use crate::protocol::ResponseError;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReplicaState {
     pub topic_id: Uuid,
-    pub leader: i32,
-    pub leader_epoch: i32,
-    pub isr: Vec<i32>,
-    pub replicas: Vec<i32>,
-    /// The state znode's version (Kafka's partition epoch).
-    pub partition_epoch: i32,
-    /// RECOVERING after an unclean election (Kafka's LeaderRecoveryState).
-    pub leader_recovery_state: i8,
+    pub leader_and_isr: LeaderAndIsr,
 }
 
 /// One partition of a StopReplica.
@@ -91,13 +85,16 @@ impl HostedPartitions {
             .into_iter()
             .map(|(tp, state)| {
                 let answer = match self.partitions.get(&tp) {
-                    _ if !state.replicas.contains(&broker_id) => {
+                    _ if !state.leader_and_isr.replicas.contains(&broker_id) => {
                         Err(ResponseError::UnknownTopicOrPartition)
                     }
                     Some(held) if held.topic_id != state.topic_id && !held.topic_id.is_nil() => {
                         Err(ResponseError::InconsistentTopicId)
                     }
-                    Some(held) if state.leader_epoch <= held.leader_epoch => {
+                    Some(held)
+                        if state.leader_and_isr.leader_epoch
+                            <= held.leader_and_isr.leader_epoch =>
+                    {
                         Err(ResponseError::StaleControllerEpoch)
                     }
                     _ => {
@@ -128,7 +125,10 @@ impl HostedPartitions {
         let answers = stops
             .into_iter()
             .map(|stop| {
-                let held_epoch = self.partitions.get(&stop.tp).map(|s| s.leader_epoch);
+                let held_epoch = self
+                    .partitions
+                    .get(&stop.tp)
+                    .map(|s| s.leader_and_isr.leader_epoch);
                 let accepted = matches!(stop.leader_epoch, EPOCH_DURING_DELETE | NO_EPOCH)
                     || held_epoch.is_none_or(|held| stop.leader_epoch >= held);
                 if !accepted {
@@ -152,12 +152,14 @@ mod tests {
     fn state(topic_id: Uuid, leader_epoch: i32, replicas: &[i32]) -> ReplicaState {
         ReplicaState {
             topic_id,
-            leader: replicas[0],
-            leader_epoch,
-            isr: replicas.to_vec(),
-            replicas: replicas.to_vec(),
-            partition_epoch: 0,
-            leader_recovery_state: 0,
+            leader_and_isr: LeaderAndIsr {
+                leader: replicas[0],
+                leader_epoch,
+                isr: replicas.to_vec(),
+                replicas: replicas.to_vec(),
+                partition_epoch: 0,
+                leader_recovery_state: 0,
+            },
         }
     }
 
@@ -196,11 +198,11 @@ mod tests {
             answers,
             vec![(tp(0), Err(ResponseError::StaleControllerEpoch))]
         );
-        assert_eq!(hosted.get(&tp(0)).unwrap().leader, 1);
+        assert_eq!(hosted.get(&tp(0)).unwrap().leader_and_isr.leader, 1);
         hosted
             .become_leader_or_follower(1, 6, 100, 100, vec![(tp(0), state(id, 1, &[2, 1]))])
             .unwrap();
-        assert_eq!(hosted.get(&tp(0)).unwrap().leader, 2);
+        assert_eq!(hosted.get(&tp(0)).unwrap().leader_and_isr.leader, 2);
         let other = Uuid::new_v4();
         let answers = hosted
             .become_leader_or_follower(1, 6, 100, 100, vec![(tp(0), state(other, 9, &[1]))])

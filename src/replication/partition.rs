@@ -183,7 +183,7 @@ impl Partition {
     /// if newer than what this replica has: Kafka's `makeLeader` and
     /// `makeFollower`. A leader's new epoch starts at its log end in the epoch
     /// cache. Whatever waits on the partition looks again.
-    pub async fn make_leader_or_follower(&self, state: LeaderAndIsr) -> Transition {
+    pub async fn make_leader_or_follower(&self, state: &LeaderAndIsr) -> Transition {
         let transition = self.state.borrow_mut().become_leader_or_follower(
             state,
             self.log.log_end_offset(),
@@ -257,7 +257,6 @@ impl Partition {
         deadline: Instant,
     ) -> Result<(), ResponseError> {
         loop {
-            let watch = Rc::new(FetchWatch::default());
             let done = self.state.borrow().check_enough_replicas_reach_offset(
                 last_offset + 1,
                 self.high_watermark(),
@@ -269,6 +268,7 @@ impl Partition {
             if self.is_deleted() {
                 return Err(ResponseError::NotLeaderOrFollower);
             }
+            let watch = Rc::new(FetchWatch::default());
             self.log.watch(WatchedOffset::HighWatermark, &watch);
             let timeout = glommio::timer::sleep(deadline.saturating_duration_since(Instant::now()));
             let timed_out = or(
@@ -347,12 +347,19 @@ impl Partition {
             return ReadResult::error(error);
         }
         let is_follower = request.replica_id >= 0;
+        // A follower reads to the log end and parks on it; a consumer reads
+        // below the high watermark.
+        let isolation = if is_follower {
+            WatchedOffset::LogEnd
+        } else {
+            WatchedOffset::HighWatermark
+        };
         if is_follower && request.last_fetched_epoch >= 0 {
             match self.log.end_offset_for_epoch(request.last_fetched_epoch) {
                 Some((epoch, end_offset))
                     if epoch < request.last_fetched_epoch || end_offset < request.fetch_offset =>
                 {
-                    let mut result = self.empty_result(self.log.log_end_offset());
+                    let mut result = self.empty_result(isolation);
                     result.diverging_epoch = Some((epoch, end_offset));
                     return result;
                 }
@@ -360,17 +367,12 @@ impl Partition {
                 None => return ReadResult::error(ResponseError::OffsetOutOfRange),
             }
         }
-        let max_offset = if is_follower {
-            self.log.log_end_offset()
-        } else {
-            self.high_watermark()
-        };
         let read = self
             .log
             .read(
                 request.fetch_offset,
                 request.max_bytes,
-                max_offset,
+                self.log.watched_offset(isolation),
                 request.min_one_batch,
             )
             .await;
@@ -379,11 +381,7 @@ impl Partition {
                 return ReadResult::error(error);
             }
         }
-        let mut result = self.empty_result(if is_follower {
-            self.log.log_end_offset()
-        } else {
-            self.high_watermark()
-        });
+        let mut result = self.empty_result(isolation);
         match read {
             Ok(FetchDataInfo {
                 records: Some(slice),
@@ -420,12 +418,12 @@ impl Partition {
         result
     }
 
-    fn empty_result(&self, watched_offset: i64) -> ReadResult {
+    fn empty_result(&self, isolation: WatchedOffset) -> ReadResult {
         let high_watermark = self.high_watermark();
         ReadResult {
             error: None,
             high_watermark,
-            watched_offset,
+            watched_offset: self.log.watched_offset(isolation),
             diverging_epoch: None,
             last_stable_offset: high_watermark,
             log_start_offset: self.log.log_start_offset(),
@@ -490,13 +488,8 @@ impl Partition {
         };
         let partition = self.clone();
         glommio::spawn_local(async move {
-            let answer = manager
-                .submit(
-                    partition.topic_partition().clone(),
-                    partition.topic_id,
-                    proposal,
-                )
-                .await;
+            let key = (partition.topic_id, partition.topic_partition().partition);
+            let answer = manager.submit(key, proposal).await;
             let mut state = partition.state.borrow_mut();
             match answer {
                 Ok(committed) => {

@@ -154,7 +154,7 @@ impl PartitionState {
     /// forgets what followers reported under the old one.
     pub fn become_leader_or_follower(
         &mut self,
-        state: LeaderAndIsr,
+        state: &LeaderAndIsr,
         log_end_offset: i64,
         now_ms: i64,
     ) -> Transition {
@@ -167,7 +167,7 @@ impl PartitionState {
         } else {
             return Transition::Stale;
         };
-        self.committed = state;
+        self.committed = state.clone();
         self.pending = None;
         if !self.is_leader() {
             self.followers.clear();

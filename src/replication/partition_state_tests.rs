@@ -19,7 +19,7 @@ fn state(leader: i32, leader_epoch: i32, isr: &[i32]) -> LeaderAndIsr {
 fn leader_of_three(log_end_offset: i64) -> PartitionState {
     let mut partition = PartitionState::new(1);
     let transition =
-        partition.become_leader_or_follower(state(1, 5, &[1, 2, 3]), log_end_offset, 0);
+        partition.become_leader_or_follower(&state(1, 5, &[1, 2, 3]), log_end_offset, 0);
     assert_eq!(transition, Transition::NewEpoch);
     partition
 }
@@ -45,14 +45,14 @@ fn high_watermark_holds_below_min_isr() {
     // Followers out of the ISR that never fetched do not hold it back.
     let now_ms = 10 * LAG_MS;
     let mut partition = PartitionState::new(1);
-    partition.become_leader_or_follower(state(1, 1, &[1]), 0, now_ms);
+    partition.become_leader_or_follower(&state(1, 1, &[1]), 0, now_ms);
     assert_eq!(partition.high_watermark(10, 0, 2, now_ms, LAG_MS), None);
     assert_eq!(partition.high_watermark(10, 0, 1, now_ms, LAG_MS), Some(10));
     // min.insync.replicas beyond the replication factor is the factor.
     let mut single = PartitionState::new(1);
     let mut one = state(1, 1, &[1]);
     one.replicas = vec![1];
-    single.become_leader_or_follower(one, 0, 0);
+    single.become_leader_or_follower(&one, 0, 0);
     assert_eq!(single.high_watermark(10, 0, 2, 0, LAG_MS), Some(10));
 }
 
@@ -108,7 +108,7 @@ fn expansion_needs_the_epoch_start() {
     partition.update_follower_fetch_state(2, 40, 50, 1).unwrap();
     let mut out = state(1, 5, &[1, 2]);
     out.partition_epoch = 6;
-    partition.become_leader_or_follower(out, 50, 1);
+    partition.become_leader_or_follower(&out, 50, 1);
     // The high watermark (say 40) is reached, this epoch's start (50) is not.
     partition.update_follower_fetch_state(3, 45, 50, 2).unwrap();
     assert_eq!(partition.maybe_expand_isr(3, 40), None);
@@ -120,21 +120,21 @@ fn expansion_needs_the_epoch_start() {
 fn stale_states_are_refused_and_newer_ones_taken() {
     let mut partition = leader_of_three(0);
     assert_eq!(
-        partition.become_leader_or_follower(state(1, 5, &[1]), 0, 0),
+        partition.become_leader_or_follower(&state(1, 5, &[1]), 0, 0),
         Transition::Stale
     );
     assert_eq!(
-        partition.become_leader_or_follower(state(1, 4, &[1]), 0, 0),
+        partition.become_leader_or_follower(&state(1, 4, &[1]), 0, 0),
         Transition::Stale
     );
     let mut newer = state(1, 5, &[1, 2]);
     newer.partition_epoch = 9;
     assert_eq!(
-        partition.become_leader_or_follower(newer, 0, 0),
+        partition.become_leader_or_follower(&newer, 0, 0),
         Transition::NewPartitionEpoch
     );
     assert_eq!(
-        partition.become_leader_or_follower(state(2, 6, &[2, 3]), 0, 0),
+        partition.become_leader_or_follower(&state(2, 6, &[2, 3]), 0, 0),
         Transition::NewEpoch
     );
     assert!(!partition.is_leader());
@@ -152,7 +152,7 @@ fn delayed_produce_completes_with_kafkas_errors() {
         Some(Ok(()))
     );
     partition.become_leader_or_follower(
-        LeaderAndIsr {
+        &LeaderAndIsr {
             partition_epoch: 7,
             ..state(1, 5, &[1])
         },
@@ -163,7 +163,7 @@ fn delayed_produce_completes_with_kafkas_errors() {
         partition.check_enough_replicas_reach_offset(10, 10, 2),
         Some(Err(ResponseError::NotEnoughReplicasAfterAppend))
     );
-    partition.become_leader_or_follower(state(2, 6, &[2]), 10, 0);
+    partition.become_leader_or_follower(&state(2, 6, &[2]), 10, 0);
     assert_eq!(
         partition.check_enough_replicas_reach_offset(10, 10, 2),
         Some(Err(ResponseError::NotLeaderOrFollower))

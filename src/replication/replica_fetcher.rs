@@ -30,8 +30,9 @@ const FETCH_VERSION: i16 = 17;
 /// first batch (KIP-74); anything beyond this is no fetch response.
 const MAX_RESPONSE_BYTES: usize = 256 * 1024 * 1024;
 
-/// A partition a fetch asked for: its topic id and the leader epoch sent.
-type SentPartition = (TopicPartition, Uuid, i32);
+/// The partitions a fetch asked for, by (topic id, partition) as the
+/// response names them: each one's name and the leader epoch sent.
+type SentPartitions = BTreeMap<(Uuid, i32), (TopicPartition, i32)>;
 
 /// One followed partition in its fetcher.
 struct FetchState {
@@ -238,9 +239,9 @@ impl ReplicaFetcherManager {
         &self,
         fetcher: &ReplicaFetcher,
         now: Instant,
-    ) -> Option<(FetchRequest, Vec<SentPartition>)> {
+    ) -> Option<(FetchRequest, SentPartitions)> {
         let mut topics: Vec<FetchTopic> = Vec::new();
-        let mut sent = Vec::new();
+        let mut sent = SentPartitions::new();
         for (tp, state) in fetcher.partitions.borrow_mut().iter_mut() {
             if state.delayed_until.is_some_and(|until| until > now) {
                 continue;
@@ -262,7 +263,10 @@ impl ReplicaFetcherManager {
                         .with_partitions(vec![partition]),
                 ),
             }
-            sent.push((tp.clone(), state.topic_id, state.leader_epoch));
+            sent.insert(
+                (state.topic_id, tp.partition),
+                (tp.clone(), state.leader_epoch),
+            );
         }
         if sent.is_empty() {
             return None;
@@ -286,15 +290,14 @@ impl ReplicaFetcherManager {
     async fn process_response(
         &self,
         fetcher: &ReplicaFetcher,
-        sent: &[SentPartition],
+        sent: &SentPartitions,
         response: FetchResponse,
     ) {
         let backoff = Duration::from_millis(self.config.replica_fetch_backoff_ms);
         for topic in response.responses {
             for data in topic.partitions {
-                let Some((tp, _, leader_epoch)) = sent.iter().find(|(tp, id, _)| {
-                    *id == topic.topic_id && tp.partition == data.partition_index
-                }) else {
+                let Some((tp, leader_epoch)) = sent.get(&(topic.topic_id, data.partition_index))
+                else {
                     continue;
                 };
                 // Moved to another fetcher, or told of a newer leader, meanwhile.

@@ -16,7 +16,7 @@ use tracing::warn;
 
 use super::alter_partition_manager::AlterPartitionManager;
 use super::partition::Partition;
-use super::partition_state::{LeaderAndIsr, Transition};
+use super::partition_state::Transition;
 use super::replica_fetcher::ReplicaFetcherManager;
 use crate::config::BrokerConfig;
 use crate::metadata::image::{kafka_uuid_string, MetadataImage};
@@ -205,17 +205,18 @@ impl ReplicaManager {
                     partition
                 }
             };
-            let state = &replica.state;
-            let transition = partition
-                .make_leader_or_follower(LeaderAndIsr {
-                    leader: state.leader,
-                    leader_epoch: state.leader_epoch,
-                    partition_epoch: state.partition_epoch,
-                    isr: state.isr.clone(),
-                    replicas: state.replicas.clone(),
-                    leader_recovery_state: state.leader_recovery_state,
-                })
-                .await;
+            let state = &replica.state.leader_and_isr;
+            let transition = partition.make_leader_or_follower(state).await;
+            let follows = state.leader >= 0 && state.leader != self.config.broker_id;
+            if !follows {
+                if transition != Transition::Stale {
+                    self.fetchers.remove_partition(tp);
+                }
+                continue;
+            }
+            if transition == Transition::Stale && self.fetchers.is_following(tp, state.leader) {
+                continue;
+            }
             // A follower fetches from its leader once the image knows where
             // the leader listens (UpdateMetadata may come after LeaderAndIsr).
             let leader_address = image.brokers.get(&state.leader).and_then(|broker| {
@@ -224,18 +225,13 @@ impl ReplicaManager {
                     .map(|endpoint| format!("{}:{}", endpoint.host, endpoint.port))
             });
             match leader_address {
-                Some(address) if state.leader != self.config.broker_id => {
-                    let following = self.fetchers.is_following(tp, state.leader);
-                    if transition != Transition::Stale || !following {
-                        self.fetchers.add_partition(
-                            partition,
-                            state.topic_id,
-                            state.leader,
-                            address,
-                        )
-                    }
-                }
-                _ => self.fetchers.remove_partition(tp),
+                Some(address) => self.fetchers.add_partition(
+                    partition,
+                    replica.state.topic_id,
+                    state.leader,
+                    address,
+                ),
+                None => self.fetchers.remove_partition(tp),
             }
         }
         for log in self.log_manager.logs() {
@@ -342,14 +338,9 @@ impl ReplicaManager {
             .iter()
             .filter_map(|(tp, seen)| Some((self.online_partition(tp).ok()?, *seen)))
             .collect();
-        let offset = |partition: &Partition| match watched {
-            WatchedOffset::HighWatermark => partition.high_watermark(),
-            WatchedOffset::LogEnd => partition.log().log_end_offset(),
-        };
-        if watched_partitions
-            .iter()
-            .any(|(partition, seen)| offset(partition) != *seen || partition.is_deleted())
-        {
+        if watched_partitions.iter().any(|(partition, seen)| {
+            partition.log().watched_offset(watched) != *seen || partition.is_deleted()
+        }) {
             return; // moved (or went) while the request crossed the mesh
         }
         let parked = ParkedFetch::register(

@@ -175,7 +175,8 @@ impl ShardBroker {
         for led in self.groups.led_partitions() {
             let replica = image.local_replica(GROUP_METADATA_TOPIC_NAME, led);
             let still_led = replica.is_some_and(|replica| {
-                replica.shard == self.shard_id && replica.state.leader == self.config.broker_id
+                replica.shard == self.shard_id
+                    && replica.state.leader_and_isr.leader == self.config.broker_id
             });
             if !still_led {
                 self.groups.on_partition_gone(led);
@@ -192,7 +193,7 @@ impl ShardBroker {
             .ok_or(ResponseError::CoordinatorNotAvailable)?;
         let partition = partition_for(group_id, topic.partitions.len() as i32);
         match image.local_replica(GROUP_METADATA_TOPIC_NAME, partition) {
-            Some(replica) if replica.state.leader == self.config.broker_id => {
+            Some(replica) if replica.state.leader_and_isr.leader == self.config.broker_id => {
                 Ok((partition, replica.shard))
             }
             _ => Err(ResponseError::NotCoordinator),
@@ -225,7 +226,9 @@ impl ShardBroker {
     pub fn leader_shard(&self, topic: &str, partition: i32) -> Result<usize, ResponseError> {
         let image = self.image.borrow();
         match image.local_replica(topic, partition) {
-            Some(replica) if replica.state.leader == self.config.broker_id => Ok(replica.shard),
+            Some(replica) if replica.state.leader_and_isr.leader == self.config.broker_id => {
+                Ok(replica.shard)
+            }
             Some(_) => Err(ResponseError::NotLeaderOrFollower),
             None if image.partition(topic, partition).is_some() => {
                 Err(ResponseError::NotLeaderOrFollower)

@@ -39,6 +39,7 @@ use crate::protocol::{ApiError, ResponseError};
 use crate::replication::hosted_partitions::{
     HostedPartitions, PartitionErrors, ReplicaState, StopReplicaPartition,
 };
+use crate::replication::partition_state::{LeaderAndIsr, RECOVERED};
 use uuid::Uuid;
 
 /// Requests that may wait in a shard's channel to the control plane.
@@ -933,12 +934,14 @@ impl<Z: ZkClient> ControlPlane<Z> {
             .map(|(topic, topic_id, state)| {
                 let replica = ReplicaState {
                     topic_id,
-                    leader: state.leader.0,
-                    leader_epoch: state.leader_epoch,
-                    isr: broker_ids(&state.isr),
-                    replicas: broker_ids(&state.replicas),
-                    partition_epoch: state.partition_epoch,
-                    leader_recovery_state: state.leader_recovery_state,
+                    leader_and_isr: LeaderAndIsr {
+                        leader: state.leader.0,
+                        leader_epoch: state.leader_epoch,
+                        isr: broker_ids(&state.isr),
+                        replicas: broker_ids(&state.replicas),
+                        partition_epoch: state.partition_epoch,
+                        leader_recovery_state: state.leader_recovery_state,
+                    },
                 };
                 (TopicPartition::new(topic, state.partition_index), replica)
             })
@@ -1130,12 +1133,14 @@ fn assigned_replicas(
                 .map(|(index, p)| {
                     let state = ReplicaState {
                         topic_id: topic.id,
-                        leader: p.leader,
-                        leader_epoch: p.leader_epoch,
-                        isr: p.isr.clone(),
-                        replicas: p.replicas.clone(),
-                        partition_epoch: 0,
-                        leader_recovery_state: 0,
+                        leader_and_isr: LeaderAndIsr {
+                            leader: p.leader,
+                            leader_epoch: p.leader_epoch,
+                            isr: p.isr.clone(),
+                            replicas: p.replicas.clone(),
+                            partition_epoch: 0,
+                            leader_recovery_state: RECOVERED,
+                        },
                     };
                     let tp = TopicPartition::new(topic.name.clone(), index as i32);
                     (tp, state, topic.log_config.clone())

@@ -340,6 +340,13 @@ impl Log {
         wake(&self.high_watermark_watches);
         wake(&self.log_end_watches);
     }
+    /// The offset a parked fetch of this kind waits to move.
+    pub fn watched_offset(&self, offset: WatchedOffset) -> i64 {
+        match offset {
+            WatchedOffset::HighWatermark => self.high_watermark(),
+            WatchedOffset::LogEnd => self.log_end_offset(),
+        }
+    }
     /// Parks `watch` until `offset` moves.
     pub fn watch(&self, offset: WatchedOffset, watch: &Rc<FetchWatch>) {
         let watches = match offset {
@@ -543,18 +550,24 @@ impl Log {
         self.health.check()?;
         self.check_not_deleted()?;
         let mut batches = Vec::new();
-        for batch in BatchIter::new(records) {
-            let (_, bytes) = batch?;
-            let header = validate_batch(bytes)?;
-            batches.push(header);
+        let mut iter = BatchIter::new(records);
+        loop {
+            let position_in_buffer = iter.position();
+            let Some(batch) = iter.next() else { break };
+            let header = validate_batch(batch?.1)?;
+            batches.push(AppendedBatch {
+                position_in_buffer,
+                header,
+            });
         }
         let Some(first) = batches.first() else {
             return Ok(self.log_end_offset());
         };
+        let first_offset = first.header.base_offset;
         let _permit = permit(&self.append_lock).await;
         self.check_not_deleted()?;
         let mut next_offset = self.log_end_offset();
-        for header in &batches {
+        for AppendedBatch { header, .. } in &batches {
             if header.base_offset < next_offset {
                 return Err(LogError::InvalidRecord(format!(
                     "a replicated batch at offset {} is below the log end {next_offset}",
@@ -563,26 +576,12 @@ impl Log {
             }
             next_offset = header.next_offset();
         }
-        let mut position = 0;
-        let appended: Vec<AppendedBatch> = batches
-            .iter()
-            .map(|header| {
-                let batch = AppendedBatch {
-                    position_in_buffer: position,
-                    header: *header,
-                };
-                position += header.size_bytes();
-                batch
-            })
-            .collect();
-        assert_eq!(position, records.len(), "only whole batches were kept");
-        let first_offset = first.base_offset;
-        self.append_locked(&[records], &appended, now_ms).await?;
+        self.append_locked(&[records], &batches, now_ms).await?;
         let mut epochs_changed = false;
         {
             let mut producers = self.producer_state.borrow_mut();
             let mut epochs = self.leader_epoch_cache.borrow_mut();
-            for header in &batches {
+            for AppendedBatch { header, .. } in &batches {
                 if header.has_producer_id() {
                     producers.update(header);
                 }
@@ -622,6 +621,10 @@ impl Log {
         &self,
         leader_log_start_offset: i64,
     ) -> Result<(), LogError> {
+        // Most fetches find it where it was: no wait behind retention then.
+        if leader_log_start_offset.min(self.log_end_offset()) <= self.log_start_offset() {
+            return Ok(());
+        }
         let _permit = permit(&self.maintenance_lock).await;
         let offset = leader_log_start_offset.min(self.log_end_offset());
         if offset > self.log_start_offset() {
