@@ -398,3 +398,120 @@ fn a_returning_leader_truncates_what_the_new_leader_never_had() {
         .collect();
     assert_eq!(read, expected);
 }
+
+/// The raw state znode of a partition.
+fn state_json(zk: &ZooKeeper, topic: &str, partition: i32) -> serde_json::Value {
+    zk.json(&format!(
+        "{CHROOT}/brokers/topics/{topic}/partitions/{partition}/state"
+    ))
+    .unwrap()
+}
+
+#[test]
+fn an_offline_partition_stays_offline_until_unclean_election_is_enabled() {
+    let zk = ZooKeeper::start();
+    let extra = ["zookeeper.session.timeout.ms=2000"];
+    let mut brokers: Vec<_> = (1..=3)
+        .map(|id| zk.start_broker(CHROOT, id, &extra))
+        .collect();
+    let all: Vec<String> = brokers.iter().map(|b| b.address()).collect();
+    create_topic(&all[0], "unclean", 1, 1);
+    wait(Duration::from_secs(20), "a full ISR", || {
+        full_isr(&zk, "unclean", 1)
+    });
+    let replicated: String = (0..100).map(|i| format!("replicated-{i}\n")).collect();
+    kcat(
+        &["-b", &all[0], "-t", "unclean", "-P", "-X", "acks=all"],
+        Some(&replicated),
+    );
+    replicas_agree(&brokers, "unclean", 1);
+    let (leader, _) = state(&zk, "unclean", 0);
+    let followers: Vec<i32> = (1..=3).filter(|id| *id != leader).collect();
+    for id in &followers {
+        brokers[(*id - 1) as usize].kill();
+    }
+    wait(
+        Duration::from_secs(20),
+        "the ISR down to the leader",
+        || state(&zk, "unclean", 0).1 == [leader],
+    );
+    // Acknowledged by the ISR, which is the leader alone.
+    let mut client = Client::connect(&all[(leader - 1) as usize]);
+    let only_leader = client.produce("unclean", 0, batch("only-leader")).unwrap();
+    assert_eq!(only_leader.error_code, 0);
+    brokers[(leader - 1) as usize].kill();
+    let survivor = followers[0];
+    brokers[(survivor - 1) as usize].restart();
+    wait(Duration::from_secs(20), "the survivor registered", || {
+        zk.get(&format!("{CHROOT}/brokers/ids/{survivor}"))
+            .is_some()
+            && zk.get(&format!("{CHROOT}/brokers/ids/{leader}")).is_none()
+    });
+    // The only live replica is out of sync: the partition stays offline.
+    let survivor_address = &all[(survivor - 1) as usize];
+    let unavailable = |address: &str| {
+        kafka_topics(
+            address,
+            &[
+                "--describe",
+                "--unavailable-partitions",
+                "--topic",
+                "unclean",
+            ],
+        )
+    };
+    wait(Duration::from_secs(10), "the survivor's metadata", || {
+        unavailable(survivor_address).contains("Leader: none")
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(state(&zk, "unclean", 0), (-1, vec![leader]));
+    let mut client = Client::connect(survivor_address);
+    let refused = client.produce("unclean", 0, batch("refused")).unwrap();
+    assert_eq!(refused.error_code, 6, "NOT_LEADER_OR_FOLLOWER");
+    common::kafka_tool(
+        "org.apache.kafka.tools.ConfigCommand",
+        &[
+            "--bootstrap-server",
+            survivor_address,
+            "--alter",
+            "--entity-type",
+            "topics",
+            "--entity-name",
+            "unclean",
+            "--add-config",
+            "unclean.leader.election.enable=true",
+        ],
+        None,
+    );
+    wait(Duration::from_secs(20), "an unclean leader", || {
+        state(&zk, "unclean", 0) == (survivor, vec![survivor])
+    });
+    assert_eq!(state_json(&zk, "unclean", 0)["leader_recovery_state"], 1);
+    wait(Duration::from_secs(10), "produce accepted", || {
+        let accepted = client.produce("unclean", 0, batch("after")).unwrap();
+        accepted.error_code == 0
+    });
+    // The old leader returns: it gives up what only it had, joins the ISR,
+    // and the partition is recovered.
+    brokers[(leader - 1) as usize].restart();
+    wait(Duration::from_secs(30), "two in the ISR", || {
+        state(&zk, "unclean", 0).1.len() == 2
+    });
+    assert!(state_json(&zk, "unclean", 0)
+        .get("leader_recovery_state")
+        .is_none());
+    let read: Vec<String> = read_all(survivor_address, "unclean")
+        .into_iter()
+        .map(|(_, value)| value)
+        .collect();
+    let expected: Vec<String> = (0..100)
+        .map(|i| format!("replicated-{i}"))
+        .chain(["after".to_owned()])
+        .collect();
+    assert_eq!(read, expected, "unclean election loses only-leader");
+    brokers[(followers[1] - 1) as usize].restart();
+    wait(Duration::from_secs(30), "a full ISR again", || {
+        full_isr(&zk, "unclean", 1)
+    });
+    replicas_agree(&brokers, "unclean", 1);
+}

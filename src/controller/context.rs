@@ -8,6 +8,7 @@ use std::sync::Arc;
 use shards::log::LogConfig;
 use uuid::Uuid;
 
+use super::election::LeaderChange;
 use crate::metadata::image::{MetadataImage, PartitionImage, TopicImage};
 use crate::metadata::kafka_zk_client::{ControllerEpoch, Versioned};
 use crate::metadata::znodes::{BrokerIdZNode, TopicPartitionStateZNode};
@@ -65,12 +66,12 @@ impl ControllerContext {
         self.live_brokers.contains_key(&id) && !self.shutting_down_broker_ids.contains(&id)
     }
 
-    /// The partitions of topics not being deleted whose state `rule` changes:
-    /// `(topic, partition, leader, ISR)`.
+    /// The partitions of topics not being deleted whose state `rule` (given
+    /// the topic, the replicas and the state) changes.
     pub fn partition_changes(
         &self,
-        rule: impl Fn(&[i32], &TopicPartitionStateZNode) -> Option<(i32, Vec<i32>)>,
-    ) -> Vec<(String, usize, i32, Vec<i32>)> {
+        rule: impl Fn(&TopicContext, &[i32], &TopicPartitionStateZNode) -> Option<LeaderChange>,
+    ) -> Vec<(String, usize, LeaderChange)> {
         let mut changes = Vec::new();
         for (name, topic) in &self.topics {
             if self.is_being_deleted(name) {
@@ -80,8 +81,8 @@ impl ControllerContext {
                 let Some(Some((state, _))) = topic.states.get(partition) else {
                     continue;
                 };
-                if let Some((leader, isr)) = rule(replicas, state) {
-                    changes.push((name.clone(), partition, leader, isr));
+                if let Some(change) = rule(topic, replicas, state) {
+                    changes.push((name.clone(), partition, change));
                 }
             }
         }

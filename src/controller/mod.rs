@@ -25,12 +25,13 @@ use std::sync::Arc;
 
 use glommio::channels::local_channel::LocalSender;
 use shards::log::{wall_clock_ms, LogConfig};
-use tracing::info;
+use tracing::{info, warn};
 use uuid::Uuid;
 
 pub use self::channel_manager::ControllerEvent;
 use self::channel_manager::{BrokerRequest, ControllerChannelManager};
 pub use self::context::{ControllerContext, TopicContext};
+use self::election::LeaderChange;
 pub use self::replica_assignment::validate_topic_name;
 use self::replica_assignment::{
     assign_replicas_to_brokers, check_assignments, check_partition_count, AssignmentStart,
@@ -352,34 +353,44 @@ impl<Z: ZkClient> KafkaController<Z> {
     async fn elect_after_broker_change(&mut self) -> Result<(), KafkaZkError> {
         let context = self.context_mut();
         let eligible = |id| context.is_eligible(id);
-        let changes = context.partition_changes(|replicas, state| {
-            election::after_broker_change(replicas, state.leader, &state.isr, eligible)
+        let changes = context.partition_changes(|topic, replicas, state| {
+            let allow_unclean = topic.log_config.unclean_leader_election_enable;
+            election::after_broker_change(replicas, state, eligible, allow_unclean)
         });
         self.write_partition_states(changes).await.map(drop)
     }
 
-    /// Writes each changed partition state (`(topic, partition, leader,
-    /// ISR)`, the leader epoch bumped) fenced and with its znode's version,
-    /// all issued together, then tells the partitions' replicas with
-    /// LeaderAndIsr. Returns the partitions written.
+    /// Writes each changed partition state (the leader epoch bumped) fenced
+    /// and with its znode's version, all issued together, then tells the
+    /// partitions' replicas with LeaderAndIsr. Returns the partitions written.
     async fn write_partition_states(
         &mut self,
-        changes: Vec<(String, usize, i32, Vec<i32>)>,
+        changes: Vec<(String, usize, LeaderChange)>,
     ) -> Result<Vec<(String, usize)>, KafkaZkError> {
         let context = self.context_mut();
         let epoch = context.epoch;
         let changes: Vec<_> = changes
             .into_iter()
-            .map(|(topic, partition, leader, isr)| {
+            .map(|(topic, partition, change)| {
                 let (held, _) = context.topics[&topic].states[partition]
-                    .clone()
+                    .as_ref()
                     .expect("only written states change");
+                if change.unclean {
+                    warn!(
+                        topic,
+                        partition,
+                        leader = change.leader,
+                        isr = ?held.isr,
+                        "unclean leader election: a replica outside the ISR leads, \
+                         records only the ISR had are lost"
+                    );
+                }
                 let state = TopicPartitionStateZNode {
-                    leader,
+                    leader: change.leader,
                     leader_epoch: held.leader_epoch + 1,
-                    isr,
+                    isr: change.isr,
                     controller_epoch: epoch.epoch,
-                    leader_recovery_state: held.leader_recovery_state,
+                    leader_recovery_state: change.leader_recovery_state,
                 };
                 (topic, partition, state)
             })
@@ -431,7 +442,7 @@ impl<Z: ZkClient> KafkaController<Z> {
                     self.resign();
                     return Err(KafkaZkError::ControllerMoved);
                 }
-                Err(error) => tracing::warn!(topic, partition, %error, "cannot write the state"),
+                Err(error) => warn!(topic, partition, %error, "cannot write the state"),
             }
         }
         Ok(changed)
@@ -457,11 +468,11 @@ impl<Z: ZkClient> KafkaController<Z> {
         context.shutting_down_broker_ids.insert(broker);
         info!(broker, "controlled shutdown");
         let eligible = |id| context.is_eligible(id);
-        let changes = context.partition_changes(|replicas, state| {
+        let changes = context.partition_changes(|_, replicas, state| {
             if replicas.len() < 2 || !replicas.contains(&broker) {
                 return None;
             }
-            election::on_controlled_shutdown(replicas, state.leader, &state.isr, broker, eligible)
+            election::on_controlled_shutdown(replicas, state, broker, eligible)
         });
         let written = self.write_partition_states(changes).await;
         if let Err(error) = written {
@@ -505,7 +516,7 @@ impl<Z: ZkClient> KafkaController<Z> {
                     .broker
                     .endpoint(&propagation.inter_broker_listener);
                 if endpoint.is_none() {
-                    tracing::warn!(
+                    warn!(
                         broker = id,
                         listener = propagation.inter_broker_listener,
                         "a live broker without the inter-broker listener"
@@ -865,9 +876,16 @@ impl<Z: ZkClient> KafkaController<Z> {
         }
         let (overrides, _) = self.zk.get_topic_config(topic).await?;
         let log_config = Arc::new(stored_log_config(&self.defaults.log_config, &overrides));
+        let allow_unclean = log_config.unclean_leader_election_enable;
         let context = self.topic_mut(topic);
         context.log_config = log_config;
         context.config_overrides = overrides;
+        // Kafka's TopicUncleanLeaderElectionEnable: offline partitions may
+        // now take an out-of-sync leader.
+        if allow_unclean && self.is_active() {
+            self.elect_after_broker_change().await?;
+            self.send_update_metadata();
+        }
         Ok(())
     }
 
