@@ -6,12 +6,13 @@
 mod common;
 
 use std::collections::BTreeMap;
+use std::io::{Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::cluster::{kafka_topics, wait, ZooKeeper};
-use common::{kcat, Client};
+use common::{free_port, kcat, Client};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::Message;
 use shards::log::record_batch::RecordBatchBuilder;
@@ -235,16 +236,21 @@ fn a_paused_follower_leaves_the_isr_and_rejoins_once_caught_up() {
         "zookeeper.session.timeout.ms=12000",
         "replica.lag.time.max.ms=2000",
     ];
-    let brokers: Vec<_> = (1..=3)
-        .map(|id| zk.start_broker(CHROOT, id, &extra))
-        .collect();
+    let (brokers, metrics_ports) = brokers_with_metrics(&zk, &extra);
     let all: Vec<String> = brokers.iter().map(|b| b.address()).collect();
     create_topic(&all[0], "paused", 1, 2);
     wait(Duration::from_secs(20), "a full ISR", || {
         full_isr(&zk, "paused", 1)
     });
     let (leader, isr) = state(&zk, "paused", 0);
-    let follower = *isr.iter().find(|id| **id != leader).unwrap();
+    // Not the controller: the shrink goes through it (AlterPartition).
+    let controller = zk.json(&format!("{CHROOT}/controller")).unwrap()["brokerid"]
+        .as_i64()
+        .unwrap() as i32;
+    let follower = *isr
+        .iter()
+        .find(|id| **id != leader && **id != controller)
+        .unwrap();
     brokers[(follower - 1) as usize].pause();
     // acks=all goes on with two: the paused follower is dropped from the ISR.
     let input: String = (0..200).map(|i| format!("{i}\n")).collect();
@@ -265,14 +271,54 @@ fn a_paused_follower_leaves_the_isr_and_rejoins_once_caught_up() {
         !shrunk.contains(&follower) && shrunk.len() == 2,
         "{shrunk:?}"
     );
+    let leader_metrics = metrics_ports[(leader - 1) as usize];
+    let shrinks = "kafka_server_replicamanager_isrshrinks_total";
+    let expands = "kafka_server_replicamanager_isrexpands_total";
+    assert!(metric(leader_metrics, shrinks) >= 1.0);
+    assert_eq!(
+        metric(
+            leader_metrics,
+            "kafka_server_replicamanager_underreplicatedpartitions"
+        ),
+        1.0
+    );
     brokers[(follower - 1) as usize].resume();
     wait(
         Duration::from_secs(20),
         "the follower back in the ISR",
         || state(&zk, "paused", 0).1.contains(&follower),
     );
+    wait(Duration::from_secs(5), "the expansion counted", || {
+        metric(leader_metrics, expands) >= 1.0
+    });
     replicas_agree(&brokers, "paused", 1);
     assert_eq!(read_all(&all[0], "paused").len(), 200);
+}
+
+/// A metric without labels from a broker's `/metrics`, 0 if absent.
+fn metric(port: u16, name: &str) -> f64 {
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(stream, "GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    response
+        .lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Three brokers, each with its `/metrics` on the port it is given.
+fn brokers_with_metrics(zk: &ZooKeeper, extra: &[&str]) -> (Vec<common::Broker>, Vec<u16>) {
+    let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+    let brokers = (1..=3)
+        .map(|id| {
+            let metrics = format!("ringbroker.metrics.port={}", ports[id as usize - 1]);
+            let mut overrides = extra.to_vec();
+            overrides.push(&metrics);
+            zk.start_broker(CHROOT, id, &overrides)
+        })
+        .collect();
+    (brokers, ports)
 }
 
 /// A batch of one record, as a producer sends it.
@@ -410,10 +456,8 @@ fn state_json(zk: &ZooKeeper, topic: &str, partition: i32) -> serde_json::Value 
 #[test]
 fn an_offline_partition_stays_offline_until_unclean_election_is_enabled() {
     let zk = ZooKeeper::start();
-    let extra = ["zookeeper.session.timeout.ms=2000"];
-    let mut brokers: Vec<_> = (1..=3)
-        .map(|id| zk.start_broker(CHROOT, id, &extra))
-        .collect();
+    let (mut brokers, metrics_ports) =
+        brokers_with_metrics(&zk, &["zookeeper.session.timeout.ms=2000"]);
     let all: Vec<String> = brokers.iter().map(|b| b.address()).collect();
     create_topic(&all[0], "unclean", 1, 1);
     wait(Duration::from_secs(20), "a full ISR", || {
@@ -468,6 +512,10 @@ fn an_offline_partition_stays_offline_until_unclean_election_is_enabled() {
     let mut client = Client::connect(survivor_address);
     let refused = client.produce("unclean", 0, batch("refused")).unwrap();
     assert_eq!(refused.error_code, 6, "NOT_LEADER_OR_FOLLOWER");
+    // The survivor is the only broker, so the controller: it counts it.
+    let survivor_metrics = metrics_ports[(survivor - 1) as usize];
+    let offline = "kafka_controller_kafkacontroller_offlinepartitionscount";
+    assert_eq!(metric(survivor_metrics, offline), 1.0);
     common::kafka_tool(
         "org.apache.kafka.tools.ConfigCommand",
         &[
@@ -487,6 +535,9 @@ fn an_offline_partition_stays_offline_until_unclean_election_is_enabled() {
         state(&zk, "unclean", 0) == (survivor, vec![survivor])
     });
     assert_eq!(state_json(&zk, "unclean", 0)["leader_recovery_state"], 1);
+    wait(Duration::from_secs(5), "no partition offline", || {
+        metric(survivor_metrics, offline) == 0.0
+    });
     wait(Duration::from_secs(10), "produce accepted", || {
         let accepted = client.produce("unclean", 0, batch("after")).unwrap();
         accepted.error_code == 0

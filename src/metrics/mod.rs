@@ -108,6 +108,18 @@ pub struct ReplicationGauges {
     pub followed_partitions: u64,
     /// The most messages an ISR follower of a partition led here lags.
     pub max_follower_lag_messages: i64,
+    /// ISR shrinks and expansions the controller committed, since start.
+    pub isr_shrinks: u64,
+    pub isr_expands: u64,
+}
+
+/// Kafka's `kafka.controller:type=KafkaController` gauges, from the image:
+/// reported by one shard, nonzero only on the active controller.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ControllerGauges {
+    pub active_controller: bool,
+    /// Partitions with no leader (topics being deleted aside).
+    pub offline_partitions: u64,
 }
 
 /// Everything one shard reports to a scrape; plain data, sent across shards.
@@ -118,6 +130,8 @@ pub struct MetricsSnapshot {
     pub logs: Vec<LogGauges>,
     pub leaders: u64,
     pub replication: ReplicationGauges,
+    /// Shard 0's only.
+    pub controller: Option<ControllerGauges>,
     pub parked_fetches: u64,
     /// Groups coordinated here, by state name (Kafka's NumGroups<State>).
     pub groups_by_state: BTreeMap<String, u64>,
@@ -381,6 +395,41 @@ pub fn render(
         let name = header(&mut out, name, "gauge", help);
         let total: i64 = snapshots.iter().map(|s| pick(&s.replication)).sum();
         let _ = writeln!(out, "{name} {total}");
+    }
+    for (name, help, pick) in [
+        (
+            "kafka_server_replicamanager_isrshrinks_total",
+            "ISR shrinks committed for partitions led here (IsrShrinksPerSec).",
+            (|g: &ReplicationGauges| g.isr_shrinks) as fn(&ReplicationGauges) -> u64,
+        ),
+        (
+            "kafka_server_replicamanager_isrexpands_total",
+            "ISR expansions committed for partitions led here (IsrExpandsPerSec).",
+            |g: &ReplicationGauges| g.isr_expands,
+        ),
+    ] {
+        let name = header(&mut out, name, "counter", help);
+        let total: u64 = snapshots.iter().map(|s| pick(&s.replication)).sum();
+        let _ = writeln!(out, "{name} {total}");
+    }
+    let controller = snapshots
+        .iter()
+        .find_map(|s| s.controller)
+        .unwrap_or_default();
+    for (name, help, value) in [
+        (
+            "kafka_controller_kafkacontroller_activecontrollercount",
+            "1 on the active controller, 0 elsewhere.",
+            u64::from(controller.active_controller),
+        ),
+        (
+            "kafka_controller_kafkacontroller_offlinepartitionscount",
+            "Partitions without a leader, on the active controller.",
+            controller.offline_partitions,
+        ),
+    ] {
+        let name = header(&mut out, name, "gauge", help);
+        let _ = writeln!(out, "{name} {value}");
     }
     let name = header(
         &mut out,

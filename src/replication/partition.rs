@@ -2,7 +2,7 @@
 //! `kafka.cluster.Partition`: its log, the leader and ISR it was last told,
 //! and the rules for appending as leader, reading, and the high watermark.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::time::Instant;
 
@@ -33,6 +33,15 @@ pub struct Partition {
     /// Where a leader sends its ISR changes; unset in single-node mode,
     /// where the ISR is the one broker.
     alter_partition_manager: Option<Rc<AlterPartitionManager>>,
+    isr_changes: Rc<IsrChangeCounts>,
+}
+
+/// The ISR changes the controller committed for a shard's partitions
+/// (Kafka's IsrShrinksPerSec and IsrExpandsPerSec meters, as counts).
+#[derive(Debug, Default)]
+pub struct IsrChangeCounts {
+    pub shrinks: Cell<u64>,
+    pub expands: Cell<u64>,
 }
 
 /// What a fetch asks of one partition, as its request says it.
@@ -116,6 +125,7 @@ impl Partition {
         topic_id: Uuid,
         config: ReplicationConfig,
         alter_partition_manager: Option<Rc<AlterPartitionManager>>,
+        isr_changes: Rc<IsrChangeCounts>,
     ) -> Self {
         Self {
             log,
@@ -123,6 +133,7 @@ impl Partition {
             state: RefCell::new(PartitionState::new(local_broker_id)),
             config,
             alter_partition_manager,
+            isr_changes,
         }
     }
 
@@ -481,6 +492,7 @@ impl Partition {
             return;
         };
         let committed = self.leader_and_isr();
+        let shrinking = isr.len() < committed.isr.len();
         let proposal = LeaderAndIsr {
             isr,
             leader_recovery_state: RECOVERED,
@@ -496,6 +508,13 @@ impl Partition {
                     if !state.on_isr_committed(committed) {
                         return;
                     }
+                    let counts = &partition.isr_changes;
+                    let count = if shrinking {
+                        &counts.shrinks
+                    } else {
+                        &counts.expands
+                    };
+                    count.set(count.get() + 1);
                 }
                 Err(error) => {
                     warn!(partition = %partition.topic_partition(), %error, "ISR change refused");

@@ -15,7 +15,7 @@ use shards::log::{wall_clock_ms, FetchWatch, LogManager, TopicPartition, Watched
 use tracing::warn;
 
 use super::alter_partition_manager::AlterPartitionManager;
-use super::partition::Partition;
+use super::partition::{IsrChangeCounts, Partition};
 use super::partition_state::Transition;
 use super::replica_fetcher::ReplicaFetcherManager;
 use crate::config::BrokerConfig;
@@ -35,6 +35,7 @@ pub struct ReplicaManager {
     fetchers: Rc<ReplicaFetcherManager>,
     /// ZooKeeper mode: ISR changes to the controller.
     alter_partition_manager: Option<Rc<AlterPartitionManager>>,
+    isr_changes: Rc<IsrChangeCounts>,
     partitions: RefCell<HashMap<TopicPartition, Rc<Partition>>>,
     /// Fetches parked on this shard's partitions, so the shard a fetch arrived
     /// on can release them. A connection has one request in flight: about one
@@ -111,6 +112,7 @@ impl ReplicaManager {
                 config.replication,
             )),
             alter_partition_manager,
+            isr_changes: Rc::default(),
             config,
             log_manager,
             partitions: RefCell::new(HashMap::new()),
@@ -198,6 +200,7 @@ impl ReplicaManager {
                         replica.state.topic_id,
                         self.config.replication,
                         self.alter_partition_manager.clone(),
+                        self.isr_changes.clone(),
                     ));
                     self.partitions
                         .borrow_mut()
@@ -296,6 +299,8 @@ impl ReplicaManager {
     pub fn replication_gauges(&self) -> ReplicationGauges {
         let mut gauges = ReplicationGauges {
             followed_partitions: self.fetchers.followed_partition_count() as u64,
+            isr_shrinks: self.isr_changes.shrinks.get(),
+            isr_expands: self.isr_changes.expands.get(),
             ..ReplicationGauges::default()
         };
         for partition in self.partitions.borrow().values() {

@@ -21,7 +21,7 @@ use super::producer_id_manager::ProducerIdManager;
 use crate::config::BrokerConfig;
 use crate::coordinator::group::{partition_for, GroupCoordinator, GROUP_METADATA_TOPIC_NAME};
 use crate::metadata::image::MetadataImage;
-use crate::metrics::{LogGauges, MetricsSnapshot, ShardMetrics};
+use crate::metrics::{ControllerGauges, LogGauges, MetricsSnapshot, ShardMetrics};
 use crate::protocol::ResponseError;
 use crate::replication::{
     AppendError, AppendResult, OffsetAndEpoch, Partition, PartitionFetch, ReadResult,
@@ -130,6 +130,7 @@ impl ShardBroker {
             logs,
             leaders,
             replication: self.replica_manager.replication_gauges(),
+            controller: (self.shard_id == 0).then(|| self.controller_gauges()),
             parked_fetches: self.replica_manager.parked_fetch_count() as u64,
             groups_by_state,
             shard,
@@ -142,6 +143,23 @@ impl ShardBroker {
 
     pub fn mesh(&self) -> &ShardMesh<ShardBroker> {
         self.mesh.get().expect("mesh connected at start")
+    }
+
+    /// Whether this broker is the controller, as the image says, and if so
+    /// its partitions without a leader.
+    fn controller_gauges(&self) -> ControllerGauges {
+        let image = self.image.borrow();
+        let active_controller = image.controller_id == self.config.broker_id;
+        let offline_partitions = if active_controller {
+            let partitions = image.topics.values().flat_map(|t| &t.partitions);
+            partitions.filter(|p| p.leader == -1).count() as u64
+        } else {
+            0
+        };
+        ControllerGauges {
+            active_controller,
+            offline_partitions,
+        }
     }
 
     pub fn image(&self) -> Arc<MetadataImage> {
