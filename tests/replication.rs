@@ -190,10 +190,7 @@ fn check_acknowledged(acked: &[(i32, i64, String)], read: &[(i32, String)]) {
 fn acknowledged_records_survive_leaders_killed_and_restarted() {
     const CYCLES: usize = 20;
     let zk = ZooKeeper::start();
-    let extra = [
-        "zookeeper.session.timeout.ms=2000",
-        "replica.fetch.backoff.ms=200",
-    ];
+    let extra = ["replica.fetch.backoff.ms=200"];
     let mut brokers: Vec<_> = (1..=3)
         .map(|id| zk.start_broker(CHROOT, id, &extra))
         .collect();
@@ -456,8 +453,7 @@ fn state_json(zk: &ZooKeeper, topic: &str, partition: i32) -> serde_json::Value 
 #[test]
 fn an_offline_partition_stays_offline_until_unclean_election_is_enabled() {
     let zk = ZooKeeper::start();
-    let (mut brokers, metrics_ports) =
-        brokers_with_metrics(&zk, &["zookeeper.session.timeout.ms=2000"]);
+    let (mut brokers, metrics_ports) = brokers_with_metrics(&zk, &[]);
     let all: Vec<String> = brokers.iter().map(|b| b.address()).collect();
     create_topic(&all[0], "unclean", 1, 1);
     wait(Duration::from_secs(20), "a full ISR", || {

@@ -50,6 +50,8 @@ pub enum Mode<'a> {
 
 pub struct RunningBroker {
     pub kind: BrokerKind,
+    /// Its `broker.id` in a cluster; 0 alone.
+    pub broker_id: i32,
     pub address: String,
     child: Child,
     /// From spawn to the first answered Metadata request.
@@ -59,6 +61,12 @@ pub struct RunningBroker {
 impl RunningBroker {
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// SIGKILL, as a crash.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     /// SIGTERM, then SIGKILL if it does not exit in time.
@@ -136,6 +144,20 @@ group.initial.rebalance.delay.ms=0
         log_dir.display()
     )
 }
+
+/// log4j2 for a ZooKeeper-mode Kafka broker: warnings, and the ZooKeeper
+/// client's INFO lines ("negotiated timeout = ...").
+const KAFKA_ZK_LOG4J: &str = "status = error
+appender.stderr.type = Console
+appender.stderr.name = STDERR
+appender.stderr.target = SYSTEM_ERR
+appender.stderr.layout.type = PatternLayout
+appender.stderr.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = warn
+rootLogger.appenderRef.stderr.ref = STDERR
+logger.zookeeper.name = org.apache.zookeeper.ClientCnxn
+logger.zookeeper.level = info
+";
 
 /// The JVM options Kafka's start scripts set: kafka-server-start.sh's heap,
 /// kafka-run-class.sh's G1 settings.
@@ -217,8 +239,14 @@ pub fn start_with(
                 kafka_zk_server_properties(broker_id, port, &dir.join("data"), connect),
             )
             .expect("write server.properties");
+            // The quiet logging of kafka-run-class.sh, but the ZooKeeper
+            // client's session (its negotiated timeout) logged too.
+            let log4j = dir.join("log4j2.properties");
+            std::fs::write(&log4j, KAFKA_ZK_LOG4J).expect("write log4j2.properties");
             let mut command = kafka_server_command(sources, &config);
-            command.env("DEST", &sources.kafka_zk_jars);
+            command
+                .env("DEST", &sources.kafka_zk_jars)
+                .env("KAFKA_LOG4J_CONFIG", &log4j);
             command
         }
         (BrokerKind::Kafka, Mode::Single) => {
@@ -248,8 +276,13 @@ pub fn start_with(
         .stderr(Stdio::from(log))
         .spawn()
         .expect("spawn the broker");
+    let broker_id = match mode {
+        Mode::Single => 0,
+        Mode::ZooKeeper { broker_id, .. } => broker_id,
+    };
     let mut broker = RunningBroker {
         kind,
+        broker_id,
         address: format!("127.0.0.1:{port}"),
         child,
         startup: Duration::ZERO,

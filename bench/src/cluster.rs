@@ -3,7 +3,7 @@
 //! brokers, each started fresh.
 
 use std::net::TcpStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -17,6 +17,7 @@ pub const BROKERS: i32 = 3;
 const START_TIMEOUT: Duration = Duration::from_secs(120);
 
 pub struct Cluster {
+    dir: PathBuf,
     zookeeper: Child,
     pub brokers: Vec<RunningBroker>,
 }
@@ -26,6 +27,30 @@ impl Cluster {
     pub fn bootstrap(&self) -> String {
         let addresses: Vec<&str> = self.brokers.iter().map(|b| b.address.as_str()).collect();
         addresses.join(",")
+    }
+
+    /// The ZooKeeper session timeout the first broker was granted, from its
+    /// log (ringbroker's `session_timeout_ms=`, the ZooKeeper Java
+    /// client's `negotiated timeout = `).
+    pub fn negotiated_session_timeout_ms(&self) -> Option<u64> {
+        let log = std::fs::read_to_string(self.dir.join("broker-1/broker.log")).ok()?;
+        log.lines().find_map(|line| {
+            let (_, rest) = line
+                .split_once("session_timeout_ms=")
+                .or_else(|| line.split_once("negotiated timeout = "))?;
+            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse().ok()
+        })
+    }
+
+    /// kill -9 of broker `broker_id`; it leaves the cluster.
+    pub fn kill(&mut self, broker_id: i32) {
+        let at = self
+            .brokers
+            .iter()
+            .position(|b| b.broker_id == broker_id)
+            .expect("a live broker");
+        self.brokers.remove(at).kill();
     }
 
     /// The brokers (SIGTERM), then ZooKeeper.
@@ -39,7 +64,10 @@ impl Cluster {
 }
 
 /// Starts ZooKeeper and three `kind` brokers under `dir`, and waits until a
-/// client sees all three.
+/// client sees all three. ZooKeeper ticks every 500 ms and grants sessions
+/// of 1-60 s, so each broker gets the session timeout it asks for (a dead
+/// broker's session expires within a tick of it) rather than ZooKeeper's
+/// defaults' floor of two 3 s ticks.
 pub fn start(kind: BrokerKind, sources: &BrokerSources, dir: &Path) -> Cluster {
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir).expect("create the cluster directory");
@@ -48,8 +76,8 @@ pub fn start(kind: BrokerKind, sources: &BrokerSources, dir: &Path) -> Cluster {
     std::fs::write(
         &config,
         format!(
-            "tickTime=2000\ndataDir={}\nclientPort={port}\nclientPortAddress=127.0.0.1\n\
-             admin.enableServer=false\n",
+            "tickTime=500\nminSessionTimeout=1000\nmaxSessionTimeout=60000\ndataDir={}\n\
+             clientPort={port}\nclientPortAddress=127.0.0.1\nadmin.enableServer=false\n",
             dir.join("zookeeper").display()
         ),
     )
@@ -84,7 +112,11 @@ pub fn start(kind: BrokerKind, sources: &BrokerSources, dir: &Path) -> Cluster {
             )
         })
         .collect();
-    let cluster = Cluster { zookeeper, brokers };
+    let cluster = Cluster {
+        dir: dir.to_owned(),
+        zookeeper,
+        brokers,
+    };
     // Every broker, asked alone, lists all three: each has heard from the
     // controller (UpdateMetadata carries the controller's id), so a client
     // finds the controller whichever broker it asks first.

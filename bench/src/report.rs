@@ -61,6 +61,26 @@ pub const METRICS: &[MetricSpec] = &[
     metric("W5 start-up to first Metadata ms", false, Some(0.05)),
     metric("W5 idle RSS MiB", false, None),
     metric("W6 create 1000 partitions on 3 brokers s", false, Some(2.0)),
+    metric("W7 ZooKeeper session s", false, None),
+    metric("W7 produce MB/s", true, None),
+    metric("W7 produce records/s", true, None),
+    metric("W7 broker CPU-s per GiB", false, None),
+    metric("W7 client CPU-s per GiB", false, None),
+    metric("W7 broker peak RSS MiB", false, None),
+    metric("W7 ack latency p50 ms", false, None),
+    metric("W7 ack latency p99 ms", false, None),
+    metric("W7 fixed-rate records/s", true, None),
+    metric("W7 end-to-end p50 ms", false, None),
+    metric("W7 end-to-end p99 ms", false, None),
+    metric("W7 end-to-end p99.9 ms", false, None),
+    metric("W7 end-to-end max ms", false, None),
+    metric("W7 ack p50 ms", false, None),
+    metric("W7 ack p99 ms", false, None),
+    metric("W7 ack p99.9 ms", false, None),
+    metric("W7 ack max ms", false, None),
+    metric("W7 fixed-rate broker CPU-s per GiB", false, None),
+    metric("W7 failover, first partition s", false, Some(0.25)),
+    metric("W7 failover, every partition s", false, Some(0.25)),
 ];
 
 pub fn median(values: &[f64]) -> f64 {
@@ -107,6 +127,9 @@ pub fn table(ringbroker: &Metrics, kafka: &Metrics) -> String {
     );
     for m in METRICS {
         let (ours, theirs) = (ringbroker[m.name], kafka[m.name]);
+        if !ours.is_finite() && !theirs.is_finite() {
+            continue; // not run
+        }
         let ratio = ours / theirs;
         let (target, met) = match m.target_ratio {
             Some(target) if ratio.is_finite() => {

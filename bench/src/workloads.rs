@@ -87,6 +87,39 @@ fn producer(address: &str, spec: &ProduceSpec<'_>) -> ThreadedProducer<AckContex
         .expect("create the producer")
 }
 
+/// Queues one record (its delivery opaque the time it was due), waiting
+/// while the producer's queue is full.
+fn send<C: ProducerContext<DeliveryOpaque = usize> + 'static>(
+    producer: &ThreadedProducer<C>,
+    topic: &str,
+    partition: i32,
+    due_ns: u64,
+    value: &[u8],
+) {
+    let mut record = BaseRecord::<(), [u8], usize>::with_opaque_to(topic, due_ns as usize)
+        .partition(partition)
+        .payload(value);
+    loop {
+        match producer.send(record) {
+            Ok(()) => return,
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                record = back;
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            Err((error, _)) => panic!("produce failed: {error}"),
+        }
+    }
+}
+
+/// Sleeps until `due_ns` (ns since the epoch) unless it is less than 50 µs
+/// away: sleeping rather than spinning, as the brokers share these cores.
+fn sleep_until(due_ns: u64) {
+    let wait_ns = due_ns.saturating_sub(now_ns());
+    if wait_ns > 50_000 {
+        std::thread::sleep(Duration::from_nanos(wait_ns));
+    }
+}
+
 /// Produces `records` values round-robin over the partitions; each value
 /// starts with the time it was due (ns since the epoch), for end-to-end latency.
 pub fn produce(address: &str, spec: &ProduceSpec<'_>) -> ProduceOutcome {
@@ -100,30 +133,14 @@ pub fn produce(address: &str, spec: &ProduceSpec<'_>) -> ProduceOutcome {
             // not from when a late producer got round to sending it.
             Some(rate) => {
                 let due = start_ns + (i as f64 * 1e9 / rate) as u64;
-                // Sleep rather than spin: the brokers share these cores.
-                let wait_ns = due.saturating_sub(now_ns());
-                if wait_ns > 50_000 {
-                    std::thread::sleep(Duration::from_nanos(wait_ns));
-                }
+                sleep_until(due);
                 due
             }
             None => now_ns(),
         };
         value[..8].copy_from_slice(&due_ns.to_be_bytes());
         let partition = (i % spec.partitions as u64) as i32;
-        let mut record = BaseRecord::<(), [u8], usize>::with_opaque_to(spec.topic, due_ns as usize)
-            .partition(partition)
-            .payload(&value);
-        loop {
-            match producer.send(record) {
-                Ok(()) => break,
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                    record = back;
-                    std::thread::sleep(Duration::from_micros(200));
-                }
-                Err((error, _)) => panic!("produce failed: {error}"),
-            }
-        }
+        send(&producer, spec.topic, partition, due_ns, &value);
     }
     producer
         .flush(Duration::from_secs(300))
@@ -258,13 +275,33 @@ pub fn produce_and_consume(
 
 /// Creates a topic (replication factor 1), waiting for the answer.
 pub fn create_topic(address: &str, topic: &str, partitions: i32) -> Duration {
+    create_replicated_topic(address, topic, partitions, 1, &[])
+}
+
+/// Creates a topic with `replication_factor` and `configs`, and waits until
+/// a fresh client sees every partition's leader; returns how long it took.
+pub fn create_replicated_topic(
+    address: &str,
+    topic: &str,
+    partitions: i32,
+    replication_factor: i32,
+    configs: &[(&str, &str)],
+) -> Duration {
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
         .set("bootstrap.servers", address)
         .create()
         .expect("create the admin client");
     let started = Instant::now();
+    let mut new_topic = NewTopic::new(
+        topic,
+        partitions,
+        TopicReplication::Fixed(replication_factor),
+    );
+    for (key, value) in configs {
+        new_topic = new_topic.set(key, value);
+    }
     let results = futures_lite::future::block_on(admin.create_topics(
-        &[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))],
+        &[new_topic],
         &AdminOptions::new().operation_timeout(Some(Duration::from_secs(120))),
     ))
     .expect("CreateTopics");
@@ -318,4 +355,149 @@ pub fn latency_ms(histogram: &Histogram<u64>) -> HashMap<&'static str, f64> {
             (*label, us as f64 / 1_000.0)
         })
         .collect()
+}
+
+/// Each partition's leader as a fresh client sees it.
+pub fn partition_leaders(address: &str, topic: &str) -> Vec<i32> {
+    let probe: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", address)
+        .create()
+        .expect("create a metadata client");
+    let metadata = probe
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .expect("the topic's metadata");
+    let mut partitions: Vec<(i32, i32)> = metadata
+        .topics()
+        .first()
+        .map(|t| {
+            t.partitions()
+                .iter()
+                .map(|p| (p.id(), p.leader()))
+                .collect()
+        })
+        .unwrap_or_default();
+    partitions.sort();
+    partitions.into_iter().map(|(_, leader)| leader).collect()
+}
+
+/// For a failover: the moment a broker was killed, and each partition's
+/// first acknowledgement of a record due after it (ns since the epoch).
+struct FailoverContext {
+    killed_ns: AtomicU64,
+    first_ack_ns: Mutex<HashMap<i32, u64>>,
+    failed: AtomicU64,
+}
+
+impl ClientContext for FailoverContext {}
+
+impl ProducerContext for FailoverContext {
+    type DeliveryOpaque = usize;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, due_ns: usize) {
+        match result {
+            Ok(message) => {
+                let killed_ns = self.killed_ns.load(Ordering::Acquire);
+                if killed_ns != 0 && due_ns as u64 > killed_ns {
+                    let mut first = self.first_ack_ns.lock().unwrap();
+                    first.entry(message.partition()).or_insert_with(now_ns);
+                }
+            }
+            Err(_) => {
+                self.failed.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// What a failover measured: from the kill to the first acknowledged
+/// produce on the victim's partitions, the first of them and the last.
+pub struct FailoverOutcome {
+    pub first_partition: Duration,
+    pub all_partitions: Duration,
+    pub records: u64,
+}
+
+/// An idempotent acks=all producer writes `rate` records/s of `value_bytes`
+/// round-robin over the partitions; after `kill_after`, `kill` is called
+/// with the partitions it must take down (the leader of partition 0's) and
+/// the producer goes on until each of them acknowledges a record sent after
+/// the kill, or `give_up_after`. Every record must be acknowledged.
+pub fn produce_through_failover(
+    address: &str,
+    spec: &ProduceSpec<'_>,
+    kill_after: Duration,
+    give_up_after: Duration,
+    kill: impl FnOnce() -> Vec<i32>,
+) -> FailoverOutcome {
+    let rate = spec.rate.expect("a failover runs at a fixed rate");
+    let producer: ThreadedProducer<FailoverContext> = ClientConfig::new()
+        .set("bootstrap.servers", address)
+        .set("acks", "all")
+        .set("enable.idempotence", "true")
+        .set("linger.ms", spec.linger_ms.to_string())
+        .create_with_context(FailoverContext {
+            killed_ns: AtomicU64::new(0),
+            first_ack_ns: Mutex::new(HashMap::new()),
+            failed: AtomicU64::new(0),
+        })
+        .expect("create the producer");
+    let mut value = vec![b'x'; spec.value_bytes.max(8)];
+    let start_ns = now_ns();
+    let mut kill = Some(kill);
+    let mut victims: Vec<i32> = Vec::new();
+    let mut killed_at: Option<Instant> = None;
+    let mut sent = 0u64;
+    loop {
+        let due_ns = start_ns + (sent as f64 * 1e9 / rate) as u64;
+        sleep_until(due_ns);
+        match killed_at {
+            None if Duration::from_nanos(now_ns() - start_ns) >= kill_after => {
+                let kill = kill.take().expect("one kill");
+                producer
+                    .context()
+                    .killed_ns
+                    .store(now_ns(), Ordering::Release);
+                killed_at = Some(Instant::now());
+                victims = kill();
+            }
+            Some(at) => {
+                let first_ack = producer.context().first_ack_ns.lock().unwrap();
+                let all = victims.iter().all(|p| first_ack.contains_key(p));
+                drop(first_ack);
+                if all || at.elapsed() > give_up_after {
+                    break;
+                }
+            }
+            None => {}
+        }
+        value[..8].copy_from_slice(&due_ns.to_be_bytes());
+        let partition = (sent % spec.partitions as u64) as i32;
+        send(&producer, spec.topic, partition, due_ns, &value);
+        sent += 1;
+    }
+    producer
+        .flush(Duration::from_secs(300))
+        .expect("every record acknowledged");
+    let context = producer.context();
+    assert_eq!(
+        context.failed.load(Ordering::Relaxed),
+        0,
+        "failed deliveries"
+    );
+    let killed_ns = context.killed_ns.load(Ordering::Acquire);
+    let first_ack = context.first_ack_ns.lock().unwrap();
+    let after_kill: Vec<Duration> = victims
+        .iter()
+        .map(|p| {
+            let acked_ns = first_ack.get(p).copied().unwrap_or_else(|| {
+                panic!("partition {p} took no write within {give_up_after:?} of the kill")
+            });
+            Duration::from_nanos(acked_ns - killed_ns)
+        })
+        .collect();
+    FailoverOutcome {
+        first_partition: after_kill.iter().min().copied().unwrap_or_default(),
+        all_partitions: after_kill.iter().max().copied().unwrap_or_default(),
+        records: sent,
+    }
 }

@@ -14,9 +14,9 @@ use super::{fetch_kafka_jars, free_port, Broker};
 
 /// ZooKeeper's tick: sessions may last 2 to 20 ticks.
 const TICK_MS: u64 = 500;
-/// What the cluster tests' brokers ask for: ZooKeeper's expiry is their
-/// failure detector.
-pub const SESSION_TIMEOUT: Duration = Duration::from_millis(6_000);
+/// The brokers' default `zookeeper.session.timeout.ms`, which the cluster
+/// tests run with: ZooKeeper's expiry is their failure detector.
+pub const SESSION_TIMEOUT: Duration = Duration::from_millis(2_000);
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub struct ZooKeeper {
@@ -79,10 +79,6 @@ impl ZooKeeper {
         vec![
             format!("broker.id={id}"),
             format!("zookeeper.connect={}", self.connect(chroot)),
-            format!(
-                "zookeeper.session.timeout.ms={}",
-                SESSION_TIMEOUT.as_millis()
-            ),
             "ringbroker.metrics.port=0".into(),
         ]
     }

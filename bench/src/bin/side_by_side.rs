@@ -12,6 +12,7 @@ use bench::cluster;
 use bench::report::{self, Metrics};
 use bench::workloads::{self, latency_ms, ProduceSpec};
 use clap::Parser;
+use hdrhistogram::Histogram;
 // jemalloc as this process's malloc, for librdkafka's C code as much as for
 // Rust. With glibc's, every message op librdkafka's fetch thread allocates is
 // freed by the consuming thread, and the two contend for one arena's lock: in
@@ -38,6 +39,15 @@ struct Args {
     /// Only W6, topic creation on three-broker ZooKeeper-mode clusters.
     #[arg(long)]
     w6_only: bool,
+    /// Only W7, replication on three-broker ZooKeeper-mode clusters.
+    #[arg(long)]
+    w7_only: bool,
+    /// W7: 1 KiB records produced as fast as the client goes.
+    #[arg(long, default_value_t = 500_000)]
+    w7_records: u64,
+    /// W7: records/s of the fixed-rate latency run (W2's seconds long).
+    #[arg(long, default_value_t = 10_000.0)]
+    w7_rate: f64,
     /// Runs of every workload per broker; medians are reported.
     #[arg(long, default_value_t = 3)]
     repeat: usize,
@@ -82,14 +92,20 @@ struct Usage {
     broker_peak_rss_bytes: u64,
 }
 
-/// Runs `work` while measuring what it costs the broker `pid` and the client.
-fn measured<T>(pid: u32, work: impl FnOnce() -> T) -> (T, Usage) {
-    let (broker_cpu, client_cpu) = (brokers::cpu_seconds(pid), client_cpu_seconds());
-    let rss = RssSampler::start(pid);
+/// Runs `work` while measuring what it costs the brokers `pids` (their CPU
+/// and peak RSS summed) and the client.
+fn measured<T>(pids: &[u32], work: impl FnOnce() -> T) -> (T, Usage) {
+    let brokers_cpu = || {
+        pids.iter()
+            .map(|pid| brokers::cpu_seconds(*pid))
+            .sum::<f64>()
+    };
+    let (broker_cpu, client_cpu) = (brokers_cpu(), client_cpu_seconds());
+    let rss: Vec<RssSampler> = pids.iter().map(|pid| RssSampler::start(*pid)).collect();
     let outcome = work();
     let usage = Usage {
-        broker_peak_rss_bytes: rss.peak_bytes(),
-        broker_cpu_s: brokers::cpu_seconds(pid) - broker_cpu,
+        broker_peak_rss_bytes: rss.into_iter().map(RssSampler::peak_bytes).sum(),
+        broker_cpu_s: brokers_cpu() - broker_cpu,
         client_cpu_s: client_cpu_seconds() - client_cpu,
     };
     (outcome, usage)
@@ -149,7 +165,7 @@ fn throughput_run(
         args.w1_records
     );
     workloads::create_topic(&address, "w1", 6);
-    let (w1, usage) = measured(pid, || {
+    let (w1, usage) = measured(&[pid], || {
         workloads::produce(
             &address,
             &ProduceSpec {
@@ -179,7 +195,7 @@ fn throughput_run(
         metrics["W1 produce MB/s"]
     );
 
-    let (w3, usage) = measured(pid, || {
+    let (w3, usage) = measured(&[pid], || {
         workloads::consume_from_beginning(&address, "w1", 6, w1.records)
     });
     record_throughput(
@@ -198,7 +214,7 @@ fn throughput_run(
 
     let created = workloads::create_topic(&address, "w4", 1000);
     metrics.insert("W4 create 1000 partitions s".into(), created.as_secs_f64());
-    let (w4, usage) = measured(pid, || {
+    let (w4, usage) = measured(&[pid], || {
         workloads::produce(
             &address,
             &ProduceSpec {
@@ -245,7 +261,7 @@ fn latency_run(
         kind.name(),
         args.w2_seconds
     );
-    let ((produced, consumed), usage) = measured(pid, || {
+    let ((produced, consumed), usage) = measured(&[pid], || {
         workloads::produce_and_consume(
             &address,
             &ProduceSpec {
@@ -305,6 +321,128 @@ fn cluster_run(args: &Args, sources: &BrokerSources, kind: BrokerKind, progress:
         "W6 create 1000 partitions on 3 brokers s".into(),
         created.as_secs_f64(),
     );
+    metrics
+}
+
+/// W7's topics: replication factor 3, `min.insync.replicas=2`.
+const W7_TOPIC_CONFIGS: &[(&str, &str)] = &[("min.insync.replicas", "2")];
+/// W7's failover: the leader is killed this long into the producer's run...
+const W7_KILL_AFTER: Duration = Duration::from_secs(5);
+/// ... and its partitions must take writes again within this.
+const W7_FAILOVER_GIVE_UP: Duration = Duration::from_secs(120);
+/// W7's failover producer, records/s of 1 KiB.
+const W7_FAILOVER_RATE: f64 = 2_000.0;
+
+/// The percentiles of a latency histogram as `{prefix} {label} ms`.
+fn insert_latencies(metrics: &mut Metrics, prefix: &str, histogram: &Histogram<u64>) {
+    for (label, ms) in latency_ms(histogram) {
+        metrics.insert(format!("{prefix} {label} ms"), ms);
+    }
+}
+
+/// W7 on a fresh three-broker ZooKeeper-mode cluster, each broker with its
+/// own defaults: replication factor 3, `min.insync.replicas=2`, acks=all.
+/// Throughput as fast as the client goes, latency at a fixed rate, and the
+/// time from kill -9 of a leader to the next acknowledged produce on its
+/// partitions.
+fn replication_run(
+    args: &Args,
+    sources: &BrokerSources,
+    kind: BrokerKind,
+    progress: &str,
+) -> Metrics {
+    let mut metrics = Metrics::new();
+    let mut cluster = cluster::start(kind, sources, &args.work_dir.join("cluster"));
+    let bootstrap = cluster.bootstrap();
+    let pids: Vec<u32> = cluster.brokers.iter().map(|b| b.pid()).collect();
+    if let Some(ms) = cluster.negotiated_session_timeout_ms() {
+        metrics.insert("W7 ZooKeeper session s".into(), ms as f64 / 1e3);
+    }
+    let spec = |topic, records, rate| ProduceSpec {
+        topic,
+        partitions: 6,
+        records,
+        value_bytes: 1024,
+        acks: "all",
+        linger_ms: 5,
+        rate,
+    };
+    for topic in ["w7", "w7-latency", "w7-failover"] {
+        workloads::create_replicated_topic(&bootstrap, topic, 6, 3, W7_TOPIC_CONFIGS);
+    }
+
+    eprintln!(
+        "{progress} {}: W7 produce {} x 1 KiB to 3 replicas, acks=all",
+        kind.name(),
+        args.w7_records
+    );
+    let (w7, usage) = measured(&pids, || {
+        workloads::produce(&bootstrap, &spec("w7", args.w7_records, None))
+    });
+    let totals = (w7.records, w7.bytes, w7.elapsed);
+    record_throughput(&mut metrics, "W7", "W7 produce", totals, &usage);
+    let ack = latency_ms(&w7.ack_latency_us);
+    metrics.insert("W7 ack latency p50 ms".into(), ack["p50"]);
+    metrics.insert("W7 ack latency p99 ms".into(), ack["p99"]);
+
+    let rate = args.w7_rate;
+    eprintln!(
+        "{progress} {}: W7 {:.0} MB/s; {rate:.0} records/s for {} s",
+        kind.name(),
+        metrics["W7 produce MB/s"],
+        args.w2_seconds
+    );
+    let records = (rate * args.w2_seconds as f64) as u64;
+    let ((produced, consumed), usage) = measured(&pids, || {
+        workloads::produce_and_consume(&bootstrap, &spec("w7-latency", records, Some(rate)))
+    });
+    let totals = (produced.records, produced.bytes, produced.elapsed);
+    record_throughput(
+        &mut metrics,
+        "W7 fixed-rate",
+        "W7 fixed-rate",
+        totals,
+        &usage,
+    );
+    insert_latencies(&mut metrics, "W7 end-to-end", &consumed.end_to_end_us);
+    insert_latencies(&mut metrics, "W7 ack", &produced.ack_latency_us);
+
+    eprintln!(
+        "{progress} {}: W7 end-to-end p99.9 {:.2} ms; failover: kill -9 of a leader",
+        kind.name(),
+        metrics["W7 end-to-end p99.9 ms"]
+    );
+    let failover = workloads::produce_through_failover(
+        &bootstrap,
+        &spec("w7-failover", 0, Some(W7_FAILOVER_RATE)),
+        W7_KILL_AFTER,
+        W7_FAILOVER_GIVE_UP,
+        || {
+            let leaders = workloads::partition_leaders(&bootstrap, "w7-failover");
+            cluster.kill(leaders[0]);
+            let led = leaders
+                .iter()
+                .enumerate()
+                .filter(|(_, l)| **l == leaders[0]);
+            led.map(|(partition, _)| partition as i32).collect()
+        },
+    );
+    metrics.insert(
+        "W7 failover, first partition s".into(),
+        failover.first_partition.as_secs_f64(),
+    );
+    metrics.insert(
+        "W7 failover, every partition s".into(),
+        failover.all_partitions.as_secs_f64(),
+    );
+    eprintln!(
+        "{progress} {}: W7 failover {:.2} s (first partition), {:.2} s (every one), {} records",
+        kind.name(),
+        failover.first_partition.as_secs_f64(),
+        failover.all_partitions.as_secs_f64(),
+        failover.records
+    );
+    cluster.stop();
     metrics
 }
 
@@ -411,14 +549,20 @@ fn main() {
         repeat: args.repeat,
         started,
     };
-    if !args.latency_only && !args.w6_only {
+    let single_node = !args.w6_only && !args.w7_only;
+    if !args.latency_only && single_node {
         runs.each(&kinds, |kind, progress| {
             throughput_run(&args, &sources, kind, progress)
         });
     }
-    if !args.latency_only {
+    if !args.latency_only && !args.w7_only {
         runs.each(&kinds, |kind, progress| {
             cluster_run(&args, &sources, kind, progress)
+        });
+    }
+    if !args.latency_only && !args.w6_only {
+        runs.each(&kinds, |kind, progress| {
+            replication_run(&args, &sources, kind, progress)
         });
     }
     // W2's rate: half of Kafka's W1 maximum in this run.
@@ -431,10 +575,10 @@ fn main() {
         .w2_rate
         .unwrap_or_else(|| report::median(&kafka_w1) / 2.0);
     assert!(
-        rate.is_finite() || args.w6_only,
+        rate.is_finite() || !single_node,
         "W2 needs Kafka's W1 or --w2-rate"
     );
-    if !args.w6_only {
+    if single_node {
         runs.each(&kinds, |kind, progress| {
             latency_run(&args, &sources, kind, rate, progress)
         });
@@ -473,9 +617,18 @@ fn main() {
          partitions, acks=1, linger.ms=5; W5 spawn to the first Metadata answer, and resident \
          memory after {} s idle; W6 CreateTopics of 1000 partitions (replication factor 1) on a \
          fresh three-broker ZooKeeper-mode cluster until a client sees every leader, against \
-         Kafka 3.9.1 in ZooKeeper mode (ZooKeeper 3.8.4 from its jars). CPU: the broker process's user + system time (/proc) over the \
-         workload, per GiB of values moved; the client's the same for the load generator's \
-         process (both share the machine's cores).\n\n{}\n\
+         Kafka 3.9.1 in ZooKeeper mode (ZooKeeper 3.8.4 from its jars); W7 on such a cluster, \
+         each broker with its own defaults (Kafka 3.9's shipped `server.properties`; the \
+         ZooKeeper session each negotiated is in the table), ZooKeeper ticking every 500 ms \
+         and granting 1-60 s sessions: 6 partitions, replication factor 3, \
+         `min.insync.replicas=2`, acks=all, linger.ms=5: {} records of 1 KiB as fast as the \
+         client goes, then {:.0} records/s for {} s read back by a consumer from the end, then \
+         an idempotent producer at {:.0} records/s while the leader of partition 0 is killed \
+         (kill -9) {} s in: failover is the time from the kill to the first acknowledgement of \
+         a record sent after it, on the first of the dead leader's partitions and on every one \
+         of them; W7's CPU and RSS are the three brokers' together. CPU: the broker process's \
+         user + system time (/proc) over the workload, per GiB of values moved; the client's \
+         the same for the load generator's process (both share the machine's cores).\n\n{}\n\
          ![throughput]({throughput}) ![end-to-end latency]({e2e}) ![ack latency]({acks})\n\n\
          Command: `{}`\n",
         machine(),
@@ -487,6 +640,11 @@ fn main() {
         args.w2_seconds,
         args.w4_records,
         IDLE_SETTLE.as_secs(),
+        args.w7_records,
+        args.w7_rate,
+        args.w2_seconds,
+        W7_FAILOVER_RATE,
+        W7_KILL_AFTER.as_secs(),
         report::table(&ours, &theirs),
         command.join(" ")
     );
