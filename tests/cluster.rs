@@ -9,7 +9,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::cluster::{kafka_topics, leaders, wait, ZooKeeper, SESSION_TIMEOUT};
+use common::cluster::{find_coordinator, kafka_topics, leaders, wait, ZooKeeper, SESSION_TIMEOUT};
 use common::{kafka_tool, kcat};
 use serde_json::json;
 
@@ -25,8 +25,7 @@ fn controller_id(zk: &ZooKeeper) -> Option<i64> {
 }
 
 fn controller_epoch(zk: &ZooKeeper) -> i64 {
-    let (data, _) = zk.get(&path("/controller_epoch")).expect("an epoch");
-    String::from_utf8(data).unwrap().parse().unwrap()
+    zk.controller_epoch(CHROOT)
 }
 
 fn registered(zk: &ZooKeeper) -> Vec<String> {
@@ -612,19 +611,6 @@ fn brokers_seen(address: &str) -> usize {
         .map_or(0, |response| response.brokers.len())
 }
 
-/// The coordinator `address` names for `group` (FindCoordinator v3); None
-/// while it answers with an error (COORDINATOR_NOT_AVAILABLE at first).
-fn find_coordinator(address: &str, group: &str) -> Option<i32> {
-    use kafka_protocol::messages::{ApiKey, FindCoordinatorRequest, FindCoordinatorResponse};
-    use kafka_protocol::protocol::StrBytes;
-    let mut client = common::Client::connect(address);
-    let request =
-        FindCoordinatorRequest::default().with_key(StrBytes::from_string(group.to_owned()));
-    let response: FindCoordinatorResponse =
-        client.call(ApiKey::FindCoordinator, 3, &request).ok()?;
-    (response.error_code == 0).then_some(response.node_id.0)
-}
-
 #[test]
 fn brokers_other_than_the_controller_create_topics_and_serve_groups() {
     use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
@@ -970,118 +956,4 @@ fn a_ringbroker_controller_runs_a_kafka_3_9_broker() {
             && zk.get(&path("/admin/delete_topics/theirs")).is_none()
     });
     assert!(!kafka.log().contains("ERROR"), "{}", kafka.log());
-}
-
-/// Both cores kept busy for several seconds, by spinning threads and a
-/// producer flat out with acks=all to three replicas, while topics are
-/// created and grown, cost no broker its
-/// ZooKeeper session at the default `zookeeper.session.timeout.ms`: every
-/// registration and the controller stay as they were, and no ISR shrinks.
-#[test]
-fn brokers_under_load_keep_their_sessions() {
-    use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
-    use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::Arc;
-
-    const LOAD: Duration = Duration::from_secs(10);
-    const SPINNERS: usize = 4;
-    let zk = ZooKeeper::start();
-    let brokers: Vec<_> = (1..=3).map(|id| zk.start_broker(CHROOT, id, &[])).collect();
-    let bootstrap: Vec<String> = brokers.iter().map(|b| b.address()).collect();
-    let bootstrap = bootstrap.join(",");
-    kafka_topics(
-        &brokers[0].address(),
-        &[
-            "--create",
-            "--topic",
-            "loaded",
-            "--partitions",
-            "6",
-            "--replication-factor",
-            "3",
-            "--config",
-            "min.insync.replicas=2",
-        ],
-    );
-    let isrs = |zk: &ZooKeeper| -> Vec<usize> {
-        (0..6)
-            .map(|p| {
-                let state = zk
-                    .json(&path(&format!(
-                        "/brokers/topics/loaded/partitions/{p}/state"
-                    )))
-                    .unwrap();
-                state["isr"].as_array().unwrap().len()
-            })
-            .collect()
-    };
-    zk.wait_for(Duration::from_secs(20), "full ISRs", |zk| {
-        isrs(zk).iter().all(|n| *n == 3)
-    });
-    let registrations = |zk: &ZooKeeper| -> Vec<i64> {
-        (1..=3)
-            .map(|id| zk.get(&path(&format!("/brokers/ids/{id}"))).unwrap().1)
-            .collect()
-    };
-    let before = (registrations(&zk), controller_epoch(&zk));
-
-    let loading = Arc::new(AtomicBool::new(true));
-    let spinners: Vec<_> = (0..SPINNERS)
-        .map(|_| {
-            let loading = loading.clone();
-            std::thread::spawn(move || {
-                let mut spins = 0u64;
-                while loading.load(Ordering::Relaxed) {
-                    spins = std::hint::black_box(spins + 1);
-                }
-            })
-        })
-        .collect();
-    let producer: ThreadedProducer<rdkafka::producer::DefaultProducerContext> =
-        rdkafka::ClientConfig::new()
-            .set("bootstrap.servers", &bootstrap)
-            .set("acks", "all")
-            .set("linger.ms", "5")
-            .create()
-            .unwrap();
-    // The controller and the brokers' control threads busy too: 300 more
-    // replicas made while the load runs.
-    let creating = {
-        let address = brokers[1].address();
-        std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_secs(2));
-            kafka_topics(
-                &address,
-                &["--create", "--topic", "more", "--partitions", "100"],
-            );
-            kafka_topics(
-                &address,
-                &["--alter", "--topic", "more", "--partitions", "200"],
-            );
-        })
-    };
-    let value = vec![b'x'; 1024];
-    let started = std::time::Instant::now();
-    let mut sent = 0u64;
-    while started.elapsed() < LOAD {
-        let record = BaseRecord::<(), [u8]>::to("loaded").payload(&value);
-        match producer.send(record) {
-            Ok(()) => sent += 1,
-            Err(_) => std::thread::sleep(Duration::from_millis(1)),
-        }
-    }
-    loading.store(false, Ordering::Relaxed);
-    for spinner in spinners {
-        spinner.join().unwrap();
-    }
-    producer.flush(Duration::from_secs(60)).unwrap();
-    creating.join().unwrap();
-    assert!(sent > 10_000, "{sent} records sent under load");
-
-    assert_eq!((registrations(&zk), controller_epoch(&zk)), before);
-    assert!(isrs(&zk).iter().all(|n| *n == 3), "{:?}", isrs(&zk));
-    for broker in &brokers {
-        let log = broker.log();
-        assert!(!log.contains("registered again"), "{log}");
-    }
 }

@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::cluster::{kafka_topics, wait, ZooKeeper};
-use common::{free_port, kcat, Client};
+use common::cluster::{find_coordinator, kafka_topics, wait, ZooKeeper};
+use common::{committed_offsets, free_port, kcat, Client};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::Message;
 use shards::log::record_batch::RecordBatchBuilder;
@@ -188,7 +188,21 @@ fn check_acknowledged(acked: &[(i32, i64, String)], read: &[(i32, String)]) {
 
 #[test]
 fn acknowledged_records_survive_leaders_killed_and_restarted() {
-    const CYCLES: usize = 20;
+    kill_and_restart_leaders(20);
+}
+
+/// The same, for longer: `cargo test --release --test replication -- --ignored`.
+#[test]
+#[ignore = "a long fault loop, run outside CI"]
+fn acknowledged_records_survive_200_leader_kills() {
+    kill_and_restart_leaders(200);
+}
+
+/// `cycles` times, kill -9 the leader of a partition (each in turn) while an
+/// idempotent acks=all producer writes without pause, and restart it once
+/// it has lost its leadership; then every acknowledged record is there once,
+/// in order, and the replicas are byte for byte the same.
+fn kill_and_restart_leaders(cycles: usize) {
     let zk = ZooKeeper::start();
     let extra = ["replica.fetch.backoff.ms=200"];
     let mut brokers: Vec<_> = (1..=3)
@@ -202,7 +216,7 @@ fn acknowledged_records_survive_leaders_killed_and_restarted() {
     let producing = Arc::new(AtomicBool::new(true));
     let producer = produce_until(all.join(","), "acked", producing.clone());
     std::thread::sleep(Duration::from_millis(500));
-    for cycle in 0..CYCLES {
+    for cycle in 0..cycles {
         let partition = (cycle % 3) as i32;
         let (leader, _) = state(&zk, "acked", partition);
         let victim = &mut brokers[(leader - 1) as usize];
@@ -326,6 +340,16 @@ fn batch(value: &str) -> Vec<u8> {
     builder.build()
 }
 
+/// `kafka-topics --describe --under-replicated-partitions` and
+/// `--under-min-isr-partitions`, asked of `bootstrap`.
+fn under_replicated_and_min_isr(bootstrap: &str) -> (String, String) {
+    let describe = |filter| kafka_topics(bootstrap, &["--describe", filter]);
+    (
+        describe("--under-replicated-partitions"),
+        describe("--under-min-isr-partitions"),
+    )
+}
+
 #[test]
 fn acks_all_is_refused_below_min_insync_replicas_and_resumes() {
     let zk = ZooKeeper::start();
@@ -346,6 +370,15 @@ fn acks_all_is_refused_below_min_insync_replicas_and_resumes() {
         || state(&zk, "guarded", 0).1 == [leader],
     );
     let leader_address = &all[(leader - 1) as usize];
+    let (under_replicated, under_min_isr) = under_replicated_and_min_isr(leader_address);
+    assert!(
+        under_replicated.contains("Topic: guarded\tPartition: 0"),
+        "{under_replicated}"
+    );
+    assert!(
+        under_min_isr.contains("Topic: guarded\tPartition: 0"),
+        "{under_min_isr}"
+    );
     let before = read_all(leader_address, "guarded").len();
     let mut client = Client::connect(leader_address);
     let refused = client.produce("guarded", 0, batch("refused")).unwrap();
@@ -356,6 +389,15 @@ fn acks_all_is_refused_below_min_insync_replicas_and_resumes() {
     });
     let accepted = client.produce("guarded", 0, batch("accepted")).unwrap();
     assert_eq!(accepted.error_code, 0);
+    // Two of three in the ISR: under-replicated, no longer under min ISR.
+    wait(
+        Duration::from_secs(10),
+        "the metadata of two in sync",
+        || {
+            let (under_replicated, under_min_isr) = under_replicated_and_min_isr(leader_address);
+            under_replicated.contains("Topic: guarded\tPartition: 0") && under_min_isr.is_empty()
+        },
+    );
     let read = read_all(leader_address, "guarded");
     assert_eq!(read.len(), before + 1);
     assert_eq!(read.last().unwrap().1, "accepted");
@@ -561,4 +603,87 @@ fn an_offline_partition_stays_offline_until_unclean_election_is_enabled() {
         full_isr(&zk, "unclean", 1)
     });
     replicas_agree(&brokers, "unclean", 1);
+}
+
+#[test]
+fn committed_offsets_survive_the_loss_of_their_coordinator() {
+    use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+    use rdkafka::{Offset, TopicPartitionList};
+
+    let zk = ZooKeeper::start();
+    let extra = [
+        "offsets.topic.replication.factor=3",
+        "offsets.topic.num.partitions=3",
+    ];
+    let mut brokers: Vec<_> = (1..=3)
+        .map(|id| zk.start_broker(CHROOT, id, &extra))
+        .collect();
+    let all: Vec<String> = brokers.iter().map(|b| b.address()).collect();
+    create_topic(&all[0], "orders", 1, 2);
+    let input: String = (0..100).map(|i| format!("order-{i}\n")).collect();
+    kcat(
+        &["-b", &all[0], "-t", "orders", "-P", "-X", "acks=all"],
+        Some(&input),
+    );
+    let mut coordinator = None;
+    wait(Duration::from_secs(20), "a coordinator", || {
+        coordinator = find_coordinator(&all[0], "survivors");
+        coordinator.is_some()
+    });
+    let coordinator = coordinator.unwrap();
+    // Committed through the coordinator: answered once the offsets
+    // partition's ISR (all three) has it.
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", all.join(","))
+        .set("group.id", "survivors")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut offsets = TopicPartitionList::new();
+    offsets
+        .add_partition_offset("orders", 0, Offset::Offset(60))
+        .unwrap();
+    consumer.commit(&offsets, CommitMode::Sync).unwrap();
+    drop(consumer);
+    wait(
+        Duration::from_secs(20),
+        "the offsets partitions in sync",
+        || full_isr(&zk, "__consumer_offsets", 3),
+    );
+
+    brokers[(coordinator - 1) as usize].kill();
+    let survivor = &all[(1..=3).find(|id| *id != coordinator).unwrap() as usize - 1];
+    let mut moved = None;
+    wait(Duration::from_secs(20), "a new coordinator", || {
+        moved = find_coordinator(survivor, "survivors").filter(|id| *id != coordinator);
+        moved.is_some()
+    });
+    let mut client = Client::connect(&all[(moved.unwrap() - 1) as usize]);
+    assert_eq!(
+        committed_offsets(&mut client, "survivors"),
+        [("orders".to_owned(), 0, 60)]
+    );
+    // A member of the group goes on from the committed offset.
+    let survivors: Vec<&str> = all
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i as i32 + 1 != coordinator)
+        .map(|(_, a)| a.as_str())
+        .collect();
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", survivors.join(","))
+        .set("group.id", "survivors")
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .unwrap();
+    consumer.subscribe(&["orders"]).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let first = loop {
+        assert!(std::time::Instant::now() < deadline, "no record read");
+        if let Some(message) = consumer.poll(Duration::from_millis(200)) {
+            break message.unwrap().offset();
+        }
+    };
+    assert_eq!(first, 60);
 }

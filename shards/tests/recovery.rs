@@ -451,3 +451,102 @@ fn a_directory_of_an_earlier_topic_with_the_same_name_is_not_served() {
         assert_eq!((fresh.log_start_offset(), fresh.log_end_offset()), (0, 0));
     });
 }
+
+/// The dir a child process of `the_high_watermark_checkpoint_and_epochs_survive_a_kill`
+/// leads its partition in, until it is killed.
+const LEADER_DIR_ENV: &str = "RECOVERY_TEST_LEADER_DIR";
+
+/// As the killed leader: appends in two epochs, moves the high watermark,
+/// begins a third epoch, says so in `ready`, and runs its periodic
+/// checkpoints until killed.
+fn lead_until_killed(dir: &Path) -> ! {
+    let log_dirs = LogDirs::open(&[dir.to_owned()]).unwrap();
+    run(async move {
+        let manager = LogManager::new(
+            0,
+            log_dirs,
+            LogManagerConfig {
+                high_watermark_checkpoint_interval_ms: 20,
+                ..LogManagerConfig::default()
+            },
+        );
+        manager.start_background_tasks();
+        let log = manager
+            .get_or_create_log(
+                &TopicPartition::new("led", 0),
+                std::rc::Rc::new(config()),
+                "id",
+            )
+            .await
+            .unwrap();
+        for (epoch, batches) in [(0, 0..4), (2, 4..10)] {
+            log.assign_epoch_start_offset(epoch).await.unwrap();
+            for i in batches {
+                log.append_as_leader(batch(i * 5, 5, 100, 1_000), epoch, 2_000)
+                    .await
+                    .unwrap();
+            }
+        }
+        log.set_high_watermark(35);
+        log.assign_epoch_start_offset(4).await.unwrap();
+        // A few checkpoint intervals before saying so.
+        glommio::timer::sleep(std::time::Duration::from_millis(200)).await;
+        fs::write(dir.join("ready"), b"").unwrap();
+        loop {
+            glommio::timer::sleep(std::time::Duration::from_secs(1)).await;
+        }
+    })
+}
+
+/// A leader killed with kill -9 (no shutdown, no final checkpoint) comes
+/// back with the high watermark of its last periodic checkpoint and the
+/// leader epochs of its records. An epoch begun at the log end with nothing
+/// appended is dropped on load, as Kafka's `truncateFromEnd(logEndOffset)`
+/// drops it: the controller gives a returning leader a new epoch anyway.
+#[test]
+fn the_high_watermark_checkpoint_and_epochs_survive_a_kill() {
+    if let Some(dir) = std::env::var_os(LEADER_DIR_ENV) {
+        lead_until_killed(Path::new(&dir));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut leader = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "the_high_watermark_checkpoint_and_epochs_survive_a_kill",
+        ])
+        .env(LEADER_DIR_ENV, dir.path())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !dir.path().join("ready").exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the leader never got ready"
+        );
+        assert!(leader.try_wait().unwrap().is_none(), "the leader exited");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    leader.kill().unwrap(); // SIGKILL
+    leader.wait().unwrap();
+    // Each new epoch reached the checkpoint file when it began.
+    let epochs = fs::read_to_string(dir.path().join("led-0/leader-epoch-checkpoint")).unwrap();
+    assert_eq!(epochs, "0\n3\n0 0\n2 20\n4 50\n");
+
+    let reopened = LogDirs::open(&[dir.path().to_owned()]).unwrap();
+    assert!(!reopened.dirs()[0].had_clean_shutdown);
+    let tp = TopicPartition::new("led", 0);
+    let (_, checkpoint) = reopened.find(&tp).unwrap();
+    assert_eq!(checkpoint.high_watermark, Some(35));
+    run(async move {
+        let manager = LogManager::new(0, reopened, LogManagerConfig::default());
+        let log = manager
+            .get_or_create_log(&tp, std::rc::Rc::new(config()), "id")
+            .await
+            .unwrap();
+        assert_eq!((log.log_end_offset(), log.high_watermark()), (50, 35));
+        assert_eq!(log.end_offset_for_epoch(0), Some((0, 20)));
+        assert_eq!(log.end_offset_for_epoch(2), Some((2, 50)));
+        assert_eq!(log.latest_epoch(), Some(2));
+    });
+}

@@ -528,7 +528,7 @@ fn log_defaults(properties: &BTreeMap<String, String>) -> Result<LogConfig, Conf
 /// garbage-collector pauses this broker does not have; the bench's W7
 /// measured kill -9 to the next acknowledged produce at about this plus
 /// 0.2 s, and a broker with both cores saturated keeps its session
-/// (tests/cluster.rs, brokers_under_load_keep_their_sessions).
+/// (tests/zookeeper_session.rs).
 pub const DEFAULT_ZOOKEEPER_SESSION_TIMEOUT_MS: u64 = 2_000;
 
 /// `broker.id`, or KRaft's `node.id` (the two must agree when both are set).

@@ -182,6 +182,14 @@ impl ZooKeeper {
         })
     }
 
+    /// `/controller_epoch` of the cluster under `chroot`.
+    pub fn controller_epoch(&self, chroot: &str) -> i64 {
+        let (data, _) = self
+            .get(&format!("{chroot}/controller_epoch"))
+            .expect("an epoch");
+        String::from_utf8(data).unwrap().parse().unwrap()
+    }
+
     /// A znode's data as JSON.
     pub fn json(&self, path: &str) -> Option<serde_json::Value> {
         self.get(path)
@@ -308,4 +316,17 @@ pub fn kafka_topics(bootstrap: &str, args: &[&str]) -> String {
     let mut all = vec!["--bootstrap-server", bootstrap];
     all.extend_from_slice(args);
     super::kafka_tool("org.apache.kafka.tools.TopicCommand", &all, None)
+}
+
+/// The coordinator `address` names for `group` (FindCoordinator v3); None
+/// while it answers with an error (COORDINATOR_NOT_AVAILABLE at first).
+pub fn find_coordinator(address: &str, group: &str) -> Option<i32> {
+    use kafka_protocol::messages::{ApiKey, FindCoordinatorRequest, FindCoordinatorResponse};
+    use kafka_protocol::protocol::StrBytes;
+    let mut client = super::Client::connect(address);
+    let request =
+        FindCoordinatorRequest::default().with_key(StrBytes::from_string(group.to_owned()));
+    let response: FindCoordinatorResponse =
+        client.call(ApiKey::FindCoordinator, 3, &request).ok()?;
+    (response.error_code == 0).then_some(response.node_id.0)
 }
