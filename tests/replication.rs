@@ -687,3 +687,91 @@ fn committed_offsets_survive_the_loss_of_their_coordinator() {
     };
     assert_eq!(first, 60);
 }
+
+/// A batch of `count` records, as one produce sends them.
+fn batch_of(count: usize, prefix: &str) -> Vec<u8> {
+    let now = shards::log::wall_clock_ms();
+    let mut builder = RecordBatchBuilder::new(0, now);
+    for i in 0..count {
+        builder.append(now, None, Some(format!("{prefix}-{i}").as_bytes()));
+    }
+    builder.build()
+}
+
+#[test]
+fn a_follower_behind_the_leaders_log_start_starts_again_there() {
+    let zk = ZooKeeper::start();
+    let mut brokers: Vec<_> = (1..=3).map(|id| zk.start_broker(CHROOT, id, &[])).collect();
+    let all: Vec<String> = brokers.iter().map(|b| b.address()).collect();
+    create_topic(&all[0], "purged", 1, 1);
+    wait(Duration::from_secs(20), "a full ISR", || {
+        full_isr(&zk, "purged", 1)
+    });
+    let (leader, _) = state(&zk, "purged", 0);
+    let leader_address = &all[(leader - 1) as usize];
+    let mut client = Client::connect(leader_address);
+    assert_eq!(
+        client
+            .produce("purged", 0, batch_of(100, "early"))
+            .unwrap()
+            .error_code,
+        0
+    );
+    let away = (1..=3).find(|id| *id != leader).unwrap();
+    brokers[(away - 1) as usize].kill();
+    wait(Duration::from_secs(20), "the ISR without it", || {
+        !state(&zk, "purged", 0).1.contains(&away)
+    });
+    // Offsets 100-199 in one batch; DeleteRecords moves the leader's log
+    // start into it, past everything the stopped follower has.
+    assert_eq!(
+        client
+            .produce("purged", 0, batch_of(100, "late"))
+            .unwrap()
+            .error_code,
+        0
+    );
+    let offsets = brokers[0]
+        .data_dir()
+        .parent()
+        .unwrap()
+        .join("delete-records.json");
+    std::fs::write(
+        &offsets,
+        r#"{"version":1,"partitions":[{"topic":"purged","partition":0,"offset":150}]}"#,
+    )
+    .unwrap();
+    let output = common::kafka_tool(
+        "org.apache.kafka.tools.DeleteRecordsCommand",
+        &[
+            "--bootstrap-server",
+            leader_address,
+            "--offset-json-file",
+            offsets.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert!(output.contains("low_watermark: 150"), "{output}");
+    brokers[(away - 1) as usize].restart();
+    wait(
+        Duration::from_secs(30),
+        "the follower back in the ISR",
+        || full_isr(&zk, "purged", 1),
+    );
+    // It emptied its log and started again at the batch the leader's log
+    // start is in: its only segment holds exactly that batch of the leader's.
+    let log = brokers[(away - 1) as usize].log();
+    assert!(log.contains("behind the leader's log start"), "{log}");
+    let dir = brokers[(away - 1) as usize].data_dir().join("purged-0");
+    assert!(dir.join("00000000000000000100.log").exists());
+    assert!(!dir.join("00000000000000000000.log").exists());
+    let followed = replica_bytes(&brokers[(away - 1) as usize], "purged", 0);
+    let led = replica_bytes(&brokers[(leader - 1) as usize], "purged", 0);
+    assert!(!followed.is_empty() && led.ends_with(&followed));
+    let read: Vec<String> = read_all(leader_address, "purged")
+        .into_iter()
+        .map(|(_, value)| value)
+        .collect();
+    let expected: Vec<String> = (50..100).map(|i| format!("late-{i}")).collect();
+    assert_eq!(read, expected);
+}

@@ -1,5 +1,7 @@
 //! ListOffsets (key 2): earliest (-2), latest (-1), max timestamp (-3), or the
-//! first offset at or after a timestamp.
+//! first offset at or after a timestamp; a follower (replica id >= 0) may see
+//! up to the leader's log end, a consumer up to its high watermark, and a
+//! current leader epoch is checked as Fetch checks it.
 
 use kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
@@ -13,6 +15,7 @@ pub async fn handle(
     request: ListOffsetsRequest,
     version: i16,
 ) -> ListOffsetsResponse {
+    let from_follower = request.replica_id.0 >= 0;
     let mut topics = Vec::with_capacity(request.topics.len());
     for topic in request.topics {
         let name = topic.name.0.to_string();
@@ -22,7 +25,13 @@ pub async fn handle(
                 ListOffsetsPartitionResponse::default().with_partition_index(p.partition_index);
             response = match ctx
                 .broker
-                .list_offset(&name, p.partition_index, p.timestamp)
+                .list_offset(
+                    &name,
+                    p.partition_index,
+                    p.timestamp,
+                    p.current_leader_epoch,
+                    from_follower,
+                )
                 .await
             {
                 Ok(found) => {

@@ -555,12 +555,29 @@ impl Partition {
         self.log.truncate_to(offset).await
     }
 
-    /// ListOffsets: -1 latest (high watermark), -2 earliest, -3 max
-    /// timestamp, otherwise the first offset at or after the timestamp.
+    /// A follower behind its leader's log start empties its log and starts
+    /// again there.
+    pub async fn truncate_fully_and_start_at(&self, offset: i64) -> Result<(), LogError> {
+        info!(partition = %self.topic_partition(), offset, log_end_offset = self.log.log_end_offset(), "behind the leader's log start");
+        self.log.truncate_fully_and_start_at(offset).await
+    }
+
+    /// ListOffsets: -1 latest, -2 earliest, -3 max timestamp, otherwise the
+    /// first offset at or after the timestamp; nothing past the high
+    /// watermark for a consumer, nothing past the log end for a follower
+    /// (Kafka's `fetchOffsetForTimestamp` with no isolation level).
     pub async fn fetch_offset_for_timestamp(
         &self,
         timestamp: i64,
+        current_leader_epoch: i32,
+        from_follower: bool,
     ) -> Result<OffsetAndEpoch, ResponseError> {
+        self.check_current_leader_epoch(current_leader_epoch)?;
+        let last_fetchable_offset = if from_follower {
+            self.log.log_end_offset()
+        } else {
+            self.high_watermark()
+        };
         let epoch = self.log.latest_epoch().unwrap_or(-1);
         let at = |offset| OffsetAndEpoch {
             timestamp: -1,
@@ -568,7 +585,7 @@ impl Partition {
             leader_epoch: epoch,
         };
         match timestamp {
-            -1 => Ok(at(self.high_watermark())),
+            -1 => Ok(at(last_fetchable_offset)),
             -2 => Ok(at(self.log.log_start_offset())),
             _ => {
                 let found = if timestamp == -3 {
@@ -577,7 +594,7 @@ impl Partition {
                     self.log.fetch_offset_by_timestamp(timestamp).await
                 };
                 match found {
-                    Ok(Some(found)) if found.offset < self.high_watermark() => Ok(OffsetAndEpoch {
+                    Ok(Some(found)) if found.offset < last_fetchable_offset => Ok(OffsetAndEpoch {
                         timestamp: found.timestamp,
                         offset: found.offset,
                         leader_epoch: found.leader_epoch,

@@ -3,8 +3,11 @@
 //! broker, fetcher id) (`num.replica.fetchers`), each a task that sends Fetch
 //! v17 with the follower's `ReplicaState` and appends what comes back as the
 //! leader stored it. A leader that answers with a diverging epoch makes the
-//! follower truncate where their logs part; a partition the leader refuses
-//! waits `replica.fetch.backoff.ms` (it moves with the next LeaderAndIsr).
+//! follower truncate where their logs part; one that answers
+//! OFFSET_OUT_OF_RANGE is asked for its log end and start (ListOffsets), and
+//! the follower truncates to the end or starts again at the start; a
+//! partition the leader refuses otherwise waits `replica.fetch.backoff.ms`
+//! (it moves with the next LeaderAndIsr).
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -14,7 +17,12 @@ use std::time::{Duration, Instant};
 use futures_lite::future::or;
 use glommio::sync::Semaphore;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ReplicaState};
-use kafka_protocol::messages::{ApiKey, BrokerId, FetchRequest, FetchResponse};
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::{
+    ApiKey, BrokerId, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse,
+    TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
 use shards::log::TopicPartition;
 use tracing::{debug, warn};
 use uuid::Uuid;
@@ -26,6 +34,11 @@ use crate::network::broker_connection::BrokerConnection;
 use crate::protocol::{call, ResponseError};
 
 const FETCH_VERSION: i16 = 17;
+/// Kafka 3.9's followers' ListOffsets (`ReplicaFetcherThread`'s, IBP 3.5+).
+const LIST_OFFSETS_VERSION: i16 = 8;
+/// ListOffsets' timestamps for the log end and the log start.
+const LATEST_TIMESTAMP: i64 = -1;
+const EARLIEST_TIMESTAMP: i64 = -2;
 /// A response may pass `replica.fetch.response.max.bytes` by one partition's
 /// first batch (KIP-74); anything beyond this is no fetch response.
 const MAX_RESPONSE_BYTES: usize = 256 * 1024 * 1024;
@@ -52,6 +65,15 @@ struct ReplicaFetcher {
     /// Signalled when partitions are added, or the fetcher is stopped.
     changed: Semaphore,
     stopped: Cell<bool>,
+}
+
+impl ReplicaFetcher {
+    /// Not fetched again before `backoff` has passed.
+    fn delay(&self, tp: &TopicPartition, backoff: Duration) {
+        if let Some(state) = self.partitions.borrow_mut().get_mut(tp) {
+            state.delayed_until = Some(Instant::now() + backoff);
+        }
+    }
 }
 
 pub struct ReplicaFetcherManager {
@@ -212,7 +234,16 @@ impl ReplicaFetcherManager {
             .await;
             match answered {
                 Ok(response) if response.error_code == 0 => {
-                    self.process_response(&fetcher, &sent, response).await
+                    let out_of_range = self.process_response(&fetcher, &sent, response).await;
+                    for (tp, partition, leader_epoch) in out_of_range {
+                        let outcome = self
+                            .fetch_offset_and_truncate(link, &tp, &partition, leader_epoch)
+                            .await;
+                        if let Err(why) = outcome {
+                            debug!(partition = %tp, %why, "cannot catch up with the leader's log");
+                            fetcher.delay(&tp, backoff);
+                        }
+                    }
                 }
                 Ok(response) => {
                     warn!(leader = fetcher.leader_id, error = ?ResponseError::try_from_code(response.error_code), "fetch refused");
@@ -287,13 +318,17 @@ impl ReplicaFetcherManager {
         Some((request, sent))
     }
 
+    /// Appends, or truncates on a diverging epoch, each partition's data;
+    /// returns those the leader answered OFFSET_OUT_OF_RANGE, with the
+    /// leader epoch they were fetched at.
     async fn process_response(
         &self,
         fetcher: &ReplicaFetcher,
         sent: &SentPartitions,
         response: FetchResponse,
-    ) {
+    ) -> Vec<(TopicPartition, Rc<Partition>, i32)> {
         let backoff = Duration::from_millis(self.config.replica_fetch_backoff_ms);
+        let mut out_of_range = Vec::new();
         for topic in response.responses {
             for data in topic.partitions {
                 let Some((tp, leader_epoch)) = sent.get(&(topic.topic_id, data.partition_index))
@@ -307,15 +342,87 @@ impl ReplicaFetcherManager {
                 };
                 let outcome = match ResponseError::try_from_code(data.error_code) {
                     None => self.on_partition_data(&partition, data).await,
+                    Some(ResponseError::OffsetOutOfRange) => {
+                        out_of_range.push((tp.clone(), partition, *leader_epoch));
+                        continue;
+                    }
                     Some(error) => Err(format!("the leader answered {error:?}")),
                 };
                 if let Err(why) = outcome {
                     debug!(partition = %tp, %why, "fetch of a partition failed; backing off");
-                    if let Some(state) = fetcher.partitions.borrow_mut().get_mut(tp) {
-                        state.delayed_until = Some(Instant::now() + backoff);
-                    }
+                    fetcher.delay(tp, backoff);
                 }
             }
+        }
+        out_of_range
+    }
+
+    /// Kafka's `fetchOffsetAndTruncate`, for a follower the leader answered
+    /// OFFSET_OUT_OF_RANGE: past the leader's log end it truncates to it;
+    /// behind the leader's log start (retention or DeleteRecords there while
+    /// it was away) it empties its log and starts again at the leader's.
+    async fn fetch_offset_and_truncate(
+        &self,
+        link: &mut BrokerConnection,
+        tp: &TopicPartition,
+        partition: &Partition,
+        leader_epoch: i32,
+    ) -> Result<(), String> {
+        let log_end_offset = partition.log().log_end_offset();
+        let leader_end = self
+            .leader_offset(link, tp, leader_epoch, LATEST_TIMESTAMP)
+            .await?;
+        if leader_end < log_end_offset {
+            return partition
+                .truncate_to(leader_end)
+                .await
+                .map_err(|e| e.to_string());
+        }
+        let leader_start = self
+            .leader_offset(link, tp, leader_epoch, EARLIEST_TIMESTAMP)
+            .await?;
+        if leader_start > log_end_offset {
+            partition
+                .truncate_fully_and_start_at(leader_start)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// ListOffsets to the leader, as this follower (`timestamp` -1: its log
+    /// end, -2: its log start).
+    async fn leader_offset(
+        &self,
+        link: &mut BrokerConnection,
+        tp: &TopicPartition,
+        leader_epoch: i32,
+        timestamp: i64,
+    ) -> Result<i64, String> {
+        let request = ListOffsetsRequest::default()
+            .with_replica_id(BrokerId(self.broker_id))
+            .with_topics(vec![ListOffsetsTopic::default()
+                .with_name(TopicName(StrBytes::from_string(tp.topic.clone())))
+                .with_partitions(vec![ListOffsetsPartition::default()
+                    .with_partition_index(tp.partition)
+                    .with_current_leader_epoch(leader_epoch)
+                    .with_timestamp(timestamp)])]);
+        let response: ListOffsetsResponse = call(
+            link,
+            ApiKey::ListOffsets,
+            LIST_OFFSETS_VERSION,
+            &format!("broker-{}-fetcher", self.broker_id),
+            &request,
+        )
+        .await?;
+        let answer = response
+            .topics
+            .first()
+            .and_then(|topic| topic.partitions.first())
+            .ok_or("ListOffsets answered no partition")?;
+        match ResponseError::try_from_code(answer.error_code) {
+            None => Ok(answer.offset),
+            Some(error) => Err(format!("ListOffsets answered {error:?}")),
         }
     }
 

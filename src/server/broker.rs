@@ -398,9 +398,13 @@ impl ShardBroker {
         topic: &str,
         partition: i32,
         timestamp: i64,
+        current_leader_epoch: i32,
+        from_follower: bool,
     ) -> Result<OffsetAndEpoch, ResponseError> {
         self.on_leader_partition(topic, partition, move |partition| async move {
-            partition.fetch_offset_for_timestamp(timestamp).await
+            partition
+                .fetch_offset_for_timestamp(timestamp, current_leader_epoch, from_follower)
+                .await
         })
         .await
     }

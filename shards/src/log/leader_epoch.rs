@@ -80,6 +80,13 @@ impl LeaderEpochFileCache {
         before != self.entries.len()
     }
 
+    /// Forgets every epoch (the log was emptied). Returns whether any was known.
+    pub fn clear(&mut self) -> bool {
+        let had_any = !self.entries.is_empty();
+        self.entries.clear();
+        had_any
+    }
+
     /// Moves the first kept epoch's start up to `start_offset` (old segments were
     /// deleted), dropping epochs that ended before it.
     pub fn truncate_from_start(&mut self, start_offset: i64) -> bool {

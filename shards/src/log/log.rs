@@ -564,6 +564,16 @@ impl Log {
             return Ok(self.log_end_offset());
         };
         let first_offset = first.header.base_offset;
+        // An empty follower log (started again at its leader's log start)
+        // whose first batch began below it: DeleteRecords moved the leader's
+        // log start into that batch. The log starts again at the batch.
+        let log_end_offset = self.log_end_offset();
+        if first_offset < log_end_offset
+            && log_end_offset == self.log_start_offset()
+            && first.header.last_offset() >= log_end_offset
+        {
+            self.truncate_fully_and_start_at(first_offset).await?;
+        }
         let _permit = permit(&self.append_lock).await;
         self.check_not_deleted()?;
         let mut next_offset = self.log_end_offset();
@@ -994,6 +1004,46 @@ impl Log {
             self.write_leader_epoch_checkpoint().await?;
         }
         self.rebuild_producer_state().await
+    }
+
+    /// Empties the log and starts it again at `offset` (Kafka's
+    /// `truncateFullyAndStartAt`): a follower whose log end is below its
+    /// leader's log start, which it can never fetch from where it is.
+    pub async fn truncate_fully_and_start_at(&self, offset: i64) -> Result<(), LogError> {
+        self.health.check()?;
+        let _exclusive = self.exclusive().await;
+        self.check_not_deleted()?;
+        self.flush_state
+            .truncations
+            .set(self.flush_state.truncations.get() + 1);
+        let all: Vec<Rc<LogSegment>> = std::mem::take(&mut *self.segments.borrow_mut())
+            .into_values()
+            .collect();
+        for segment in &all {
+            segment
+                .delete_files()
+                .await
+                .map_err(|error| self.health.on_error(error.into()))?;
+        }
+        let segment = LogSegment::create(&self.dir, offset, "", &self.config(), 0)
+            .await
+            .map_err(|error| self.health.on_error(error.into()))?;
+        self.segments.borrow_mut().insert(offset, Rc::new(segment));
+        for position in [
+            &self.log_start_offset,
+            &self.log_end_offset,
+            &self.high_watermark,
+            &self.flush_state.recovery_point,
+            &self.first_dirty_offset,
+        ] {
+            position.set(offset);
+        }
+        if self.leader_epoch_cache.borrow_mut().clear() {
+            self.write_leader_epoch_checkpoint().await?;
+        }
+        self.producer_state.borrow_mut().clear();
+        info!(partition = %self.topic_partition, log_start_offset = offset, "log emptied, starting again");
+        Ok(())
     }
 
     /// Rebuilds idempotent producers' state from the batch headers in the log.
