@@ -418,6 +418,9 @@ fn a_returning_leader_truncates_what_the_new_leader_never_had() {
         Some(&acked),
     );
     let (old_leader, _) = state(&zk, "diverged", 0);
+    let old_epoch = state_json(&zk, "diverged", 0)["leader_epoch"]
+        .as_i64()
+        .unwrap() as i32;
     let followers: Vec<i32> = (1..=3).filter(|id| *id != old_leader).collect();
     // The followers are paused: what the leader takes now (acks=1) it alone has.
     for id in &followers {
@@ -468,6 +471,17 @@ fn a_returning_leader_truncates_what_the_new_leader_never_had() {
         || full_isr(&zk, "diverged", 1),
     );
     replicas_agree(&brokers, "diverged", 1);
+    // Where the old leader's epoch ended on the new leader: after the
+    // acknowledged records, at every version (v0-1 are Kafka 3.9's codecs).
+    for version in 0..=4 {
+        let answer = offset_for_leader_epoch(
+            &all[(new_leader - 1) as usize],
+            version,
+            "diverged",
+            old_epoch,
+        );
+        assert_eq!(answer, (0, 100), "v{version}");
+    }
     let returned_log = brokers[(old_leader - 1) as usize].log();
     assert!(
         returned_log.contains("truncating to the leader's log"),
@@ -482,6 +496,48 @@ fn a_returning_leader_truncates_what_the_new_leader_never_had() {
         .chain((0..100).map(|i| format!("after-{i}")))
         .collect();
     assert_eq!(read, expected);
+}
+
+/// OffsetForLeaderEpoch at `version` for partition 0 of `topic`: (error
+/// code, end offset of `epoch`), through Kafka 3.9's codecs.
+fn offset_for_leader_epoch(address: &str, version: i16, topic: &str, epoch: i32) -> (i16, i64) {
+    use bytes::{BufMut, BytesMut};
+    use kafka_protocol_legacy::messages::offset_for_leader_epoch_request::{
+        OffsetForLeaderPartition, OffsetForLeaderTopic,
+    };
+    use kafka_protocol_legacy::messages::{
+        OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, TopicName,
+    };
+    use kafka_protocol_legacy::protocol::{Decodable, Encodable, StrBytes};
+    let request =
+        OffsetForLeaderEpochRequest::default().with_topics(vec![OffsetForLeaderTopic::default()
+            .with_topic(TopicName(StrBytes::from_string(topic.to_owned())))
+            .with_partitions(vec![OffsetForLeaderPartition::default()
+                .with_partition(0)
+                .with_leader_epoch(epoch)])]);
+    let flexible = version >= 4;
+    let mut body = BytesMut::new();
+    body.put_i16(23);
+    body.put_i16(version);
+    body.put_i32(7);
+    body.put_i16(4);
+    body.put_slice(b"test");
+    if flexible {
+        body.put_u8(0);
+    }
+    request.encode(&mut body, version).unwrap();
+    let mut frame = (body.len() as i32).to_be_bytes().to_vec();
+    frame.extend_from_slice(&body);
+    let mut client = Client::connect(address);
+    client.send_frame(&frame).unwrap();
+    let mut response = client.read_frame().unwrap();
+    assert_eq!(bytes::Buf::get_i32(&mut response), 7, "correlation id");
+    if flexible {
+        bytes::Buf::get_u8(&mut response);
+    }
+    let response = OffsetForLeaderEpochResponse::decode(&mut response, version).unwrap();
+    let answer = &response.topics[0].partitions[0];
+    (answer.error_code, answer.end_offset)
 }
 
 /// The raw state znode of a partition.

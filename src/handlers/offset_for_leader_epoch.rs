@@ -1,11 +1,12 @@
-//! OffsetForLeaderEpoch (key 23): where a leader epoch ends on this leader,
-//! for followers and for clients checking, after a leader change, that what
-//! they read was not truncated (KIP-101, KIP-320).
+//! OffsetForLeaderEpoch (key 23) v0-4: where a leader epoch ends on this
+//! leader, for followers and for clients checking, after a leader change,
+//! that what they read was not truncated (KIP-101, KIP-320). Kafka 3.9's
+//! codecs (`kafka-protocol-legacy`), which still have v0-1.
 
-use kafka_protocol::messages::offset_for_leader_epoch_response::{
+use kafka_protocol_legacy::messages::offset_for_leader_epoch_response::{
     EpochEndOffset, OffsetForLeaderTopicResult,
 };
-use kafka_protocol::messages::{OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse};
+use kafka_protocol_legacy::messages::{OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse};
 
 use super::RequestContext;
 

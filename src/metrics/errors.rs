@@ -72,7 +72,7 @@ per_partition_error!(
     ListOffsetsResponse => topics.partitions,
     OffsetCommitResponse => topics.partitions,
     DeleteRecordsResponse => topics.partitions,
-    OffsetForLeaderEpochResponse => topics.partitions,
+    kafka_protocol_legacy::messages::OffsetForLeaderEpochResponse => topics.partitions,
 );
 
 impl ResponseErrors for AlterPartitionResponse {

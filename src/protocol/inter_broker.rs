@@ -1,9 +1,9 @@
 //! The controller's requests to brokers and a broker's to the controller, in
 //! Kafka 3.9's wire format. The kafka-protocol crate dropped LeaderAndIsr,
-//! StopReplica, UpdateMetadata and ControlledShutdown at 0.16; their codecs
-//! are 0.15.1's, generated from Kafka 3.9's schemas (`kafka-protocol-legacy`
-//! in Cargo.toml). Frames are laid out here, since 0.18's `ApiKey` does not
-//! know these keys.
+//! StopReplica, UpdateMetadata and ControlledShutdown at 0.16, and
+//! OffsetForLeaderEpoch v0-1 at 0.17; their codecs are 0.15.1's, generated
+//! from Kafka 3.9's schemas (`kafka-protocol-legacy` in Cargo.toml). Frames
+//! are laid out here, since 0.18's `ApiKey` does not know these keys.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 pub use kafka_protocol_legacy::messages::controlled_shutdown_response::RemainingPartition;
@@ -40,7 +40,7 @@ pub const EPOCH_DURING_DELETE: i32 = -2;
 /// StopReplica's leader epoch when the controller has none (`NoEpoch`).
 pub const NO_EPOCH: i32 = -1;
 
-/// One of the inter-broker APIs Kafka 3.9 has and 0.18's `ApiKey` lacks.
+/// An API Kafka 3.9 serves at versions 0.18's codecs lack.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ControlApi {
     pub name: &'static str,
@@ -85,6 +85,17 @@ pub const CONTROLLED_SHUTDOWN: ControlApi = ControlApi {
     min_version: 0,
     max_version: 3,
     flexible_from: 3,
+};
+
+/// Served to followers and clients, v0-4 as Kafka 3.9 serves it; a 3.9
+/// follower sends v4.
+pub const OFFSET_FOR_LEADER_EPOCH: ControlApi = ControlApi {
+    name: "OffsetForLeaderEpoch",
+    key: 23,
+    sent_version: 4,
+    min_version: 0,
+    max_version: 4,
+    flexible_from: 4,
 };
 
 /// A request's broker ids as plain ids.
