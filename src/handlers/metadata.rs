@@ -64,6 +64,11 @@ pub async fn handle(
             for (name, result) in names.into_iter().zip(results) {
                 match result {
                     Ok(_) => created.push(name),
+                    // Kafka's answer too: the topic exists, and this broker
+                    // (just started, say) has not been told of it yet.
+                    Err(error) if error.error == ResponseError::TopicAlreadyExists => {
+                        created.push(name)
+                    }
                     Err(error) => tracing::warn!(?error, "automatic topic creation failed"),
                 }
             }
