@@ -75,6 +75,25 @@ fn wake(watches: &RefCell<Vec<Rc<FetchWatch>>>) {
 /// The recovery point and what guards it: flushes and truncations serialize on
 /// `lock`, and a background flush started before a truncation does not move
 /// the recovery point after it.
+/// Serializes `leader-epoch-checkpoint` writes, and counts those begun in
+/// the background and not yet on disk.
+struct EpochCheckpoint {
+    lock: Semaphore,
+    in_background: Cell<u32>,
+    /// The log is being deleted: its directory is no place to write.
+    deleted: Cell<bool>,
+}
+
+impl Default for EpochCheckpoint {
+    fn default() -> Self {
+        Self {
+            lock: Semaphore::new(1),
+            in_background: Cell::new(0),
+            deleted: Cell::new(false),
+        }
+    }
+}
+
 struct FlushState {
     lock: Semaphore,
     recovery_point: Cell<i64>,
@@ -146,7 +165,10 @@ pub struct Log {
     last_flush_ms: Cell<i64>,
     /// First offset the cleaner has not yet deduplicated.
     first_dirty_offset: Cell<i64>,
-    leader_epoch_cache: RefCell<LeaderEpochFileCache>,
+    leader_epoch_cache: Rc<RefCell<LeaderEpochFileCache>>,
+    /// `leader-epoch-checkpoint`'s writes, each of the cache as it is when
+    /// the write begins, so the last one written is the newest.
+    epoch_checkpoint: Rc<EpochCheckpoint>,
     producer_state: RefCell<ProducerStateManager>,
     /// Serializes appends, rolls and truncation.
     append_lock: Semaphore,
@@ -289,7 +311,8 @@ impl Log {
             unflushed_messages: Cell::new(0),
             last_flush_ms: Cell::new(now_ms),
             first_dirty_offset: Cell::new(log_start_offset),
-            leader_epoch_cache: RefCell::new(epoch_cache),
+            leader_epoch_cache: Rc::new(RefCell::new(epoch_cache)),
+            epoch_checkpoint: Rc::default(),
             producer_state: RefCell::new(ProducerStateManager::default()),
             append_lock: Semaphore::new(1),
             maintenance_lock: Semaphore::new(1),
@@ -620,7 +643,7 @@ impl Log {
             .borrow_mut()
             .assign(leader_epoch, self.log_end_offset());
         if changed {
-            self.write_leader_epoch_checkpoint().await?;
+            self.write_leader_epoch_checkpoint_in_background();
         }
         Ok(())
     }
@@ -701,9 +724,13 @@ impl Log {
     }
 
     /// Flushes every segment holding unflushed offsets; the recovery point moves
-    /// to the log end as it was when the flush began.
+    /// to the log end as it was when the flush began, with the leader epochs
+    /// of what it passes on disk.
     pub async fn flush(&self) -> Result<(), LogError> {
         let _permit = permit(&self.flush_state.lock).await;
+        if self.epoch_checkpoint.in_background.get() > 0 {
+            self.write_leader_epoch_checkpoint().await?;
+        }
         let up_to = self.log_end_offset();
         let recovery_point = self.recovery_point();
         let segments: Vec<_> = self
@@ -1074,6 +1101,8 @@ impl Log {
     /// the removal never leaves a half-deleted log to load. Returns the new path.
     pub async fn mark_deleted(&self) -> Result<PathBuf, LogError> {
         let _exclusive = self.exclusive().await;
+        let _no_epoch_write = permit(&self.epoch_checkpoint.lock).await;
+        self.epoch_checkpoint.deleted.set(true);
         self.deleted.set(true);
         // Parked fetches read again now and find the partition gone, as
         // Kafka completes a DelayedFetch whose partition went away.
@@ -1117,10 +1146,34 @@ impl Log {
     }
 
     async fn write_leader_epoch_checkpoint(&self) -> Result<(), LogError> {
-        let cache = self.leader_epoch_cache.borrow().clone();
-        run_blocking(move || cache.write())
+        write_epoch_checkpoint(&self.leader_epoch_cache, &self.epoch_checkpoint)
             .await
             .map_err(|error| self.health.on_error(error.into()))
+    }
+
+    /// Writes `leader-epoch-checkpoint` without waiting for it: a new leader
+    /// epoch begun at the log end, which matters on disk only once records
+    /// of it are below the recovery point, and `flush` sees to that. (A
+    /// thousand partitions made leaders at once would otherwise wait for two
+    /// fsyncs each, one after another.)
+    fn write_leader_epoch_checkpoint_in_background(&self) {
+        let (cache, checkpoint) = (
+            self.leader_epoch_cache.clone(),
+            self.epoch_checkpoint.clone(),
+        );
+        let health = self.health.clone();
+        checkpoint
+            .in_background
+            .set(checkpoint.in_background.get() + 1);
+        glommio::spawn_local(async move {
+            if let Err(error) = write_epoch_checkpoint(&cache, &checkpoint).await {
+                health.on_error(error.into());
+            }
+            checkpoint
+                .in_background
+                .set(checkpoint.in_background.get() - 1);
+        })
+        .detach();
     }
 
     /// Flushes everything and leaves files ready for a clean restart.
@@ -1291,4 +1344,17 @@ pub(super) fn rename_segment_files(
     }
     // The renames must reach the disk before anything relies on them.
     std::fs::File::open(dir)?.sync_all()
+}
+
+/// Writes the epoch cache as it is once no other write of it runs.
+async fn write_epoch_checkpoint(
+    cache: &RefCell<LeaderEpochFileCache>,
+    checkpoint: &EpochCheckpoint,
+) -> std::io::Result<()> {
+    let _permit = permit(&checkpoint.lock).await;
+    if checkpoint.deleted.get() {
+        return Ok(());
+    }
+    let snapshot = cache.borrow().clone();
+    run_blocking(move || snapshot.write()).await
 }
