@@ -72,9 +72,6 @@ fn wake(watches: &RefCell<Vec<Rc<FetchWatch>>>) {
     }
 }
 
-/// The recovery point and what guards it: flushes and truncations serialize on
-/// `lock`, and a background flush started before a truncation does not move
-/// the recovery point after it.
 /// Serializes `leader-epoch-checkpoint` writes, and counts those begun in
 /// the background and not yet on disk.
 struct EpochCheckpoint {
@@ -94,6 +91,9 @@ impl Default for EpochCheckpoint {
     }
 }
 
+/// The recovery point and what guards it: flushes and truncations serialize on
+/// `lock`, and a background flush started before a truncation does not move
+/// the recovery point after it.
 struct FlushState {
     lock: Semaphore,
     recovery_point: Cell<i64>,
