@@ -63,8 +63,14 @@ impl ConfigEntry {
 }
 
 /// Where ringbroker's default differs from Kafka 3.9's: Kafka 4's bound on
-/// future timestamps (KIP-1030), which `LogConfig` keeps.
-const RINGBROKER_DEFAULTS: &[(&str, &str)] = &[("log.message.timestamp.after.max.ms", "3600000")];
+/// future timestamps (KIP-1030), which `LogConfig` keeps; the ZooKeeper
+/// session (`DEFAULT_ZOOKEEPER_SESSION_TIMEOUT_MS`), and the connection
+/// timeout Kafka ships in server.properties instead of the session's.
+const RINGBROKER_DEFAULTS: &[(&str, &str)] = &[
+    ("log.message.timestamp.after.max.ms", "3600000"),
+    ("zookeeper.session.timeout.ms", "2000"),
+    ("zookeeper.connection.timeout.ms", "18000"),
+];
 
 /// A broker key's default as this broker has it.
 fn broker_default(key: &ConfigKey) -> Option<String> {
@@ -228,6 +234,18 @@ mod tests {
             (Some("0"), ConfigSource::DefaultConfig)
         );
         assert_eq!(entries.len(), kafka_config_defs().topic.len());
+    }
+
+    #[test]
+    fn the_zookeeper_defaults_described_are_the_ones_in_effect() {
+        let defs = kafka_config_defs();
+        let described = |name: &str| broker_default(defs.broker.get(name).unwrap());
+        let session_ms = crate::config::DEFAULT_ZOOKEEPER_SESSION_TIMEOUT_MS.to_string();
+        assert_eq!(described("zookeeper.session.timeout.ms"), Some(session_ms));
+        assert_eq!(
+            described("zookeeper.connection.timeout.ms").as_deref(),
+            Some("18000")
+        );
     }
 
     #[test]
