@@ -34,7 +34,7 @@ use crate::network::broker_connection::BrokerConnection;
 use crate::protocol::{call, ResponseError};
 
 const FETCH_VERSION: i16 = 17;
-/// Kafka 3.9's followers' ListOffsets (`ReplicaFetcherThread`'s, IBP 3.5+).
+/// ListOffsets as a follower asks it; Kafka 3.4 and later serve it.
 const LIST_OFFSETS_VERSION: i16 = 8;
 /// ListOffsets' timestamps for the log end and the log start.
 const LATEST_TIMESTAMP: i64 = -1;
