@@ -5,33 +5,18 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::io::Write;
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
-use common::{free_port, Broker, Client};
+use common::{free_port, http_get, Broker, Client};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use shards::log::record_batch::RecordBatchBuilder;
 
-/// (status line, body) of an HTTP GET.
-fn get(port: u16, path: &str) -> (String, String) {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(15)))
-        .unwrap();
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let (head, body) = response.split_once("\r\n\r\n").unwrap();
-    (head.lines().next().unwrap().to_owned(), body.to_owned())
-}
-
 /// Every sample of a scrape, by name and sorted labels, through prometheus_client.
 fn scrape(port: u16) -> BTreeMap<(String, String), f64> {
-    let (status, body) = get(port, "/metrics");
+    let (status, body) = http_get(port, "/metrics");
     assert_eq!(status, "HTTP/1.1 200 OK");
     let mut parser = Command::new("python3")
         .arg(concat!(
@@ -87,10 +72,10 @@ fn counters_move_by_what_was_produced_and_fetched() {
     let port = free_port();
     let broker = Broker::start(&[&format!("ringbroker.metrics.port={port}")]);
     assert_eq!(
-        get(port, "/health"),
+        http_get(port, "/health"),
         ("HTTP/1.1 200 OK".to_owned(), "ok\n".to_owned())
     );
-    assert_eq!(get(port, "/nothing").0, "HTTP/1.1 404 Not Found");
+    assert_eq!(http_get(port, "/nothing").0, "HTTP/1.1 404 Not Found");
     let mut client = Client::connect(&broker.address());
     client.create_topic("measured", 2);
     let before = scrape(port);

@@ -6,13 +6,12 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::cluster::{find_coordinator, kafka_topics, wait, ZooKeeper};
-use common::{committed_offsets, free_port, kcat, Client};
+use common::{committed_offsets, free_port, http_get, kcat, Client};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::Message;
 use shards::log::record_batch::RecordBatchBuilder;
@@ -205,10 +204,7 @@ fn acknowledged_records_survive_200_leader_kills() {
 fn kill_and_restart_leaders(cycles: usize) {
     let zk = ZooKeeper::start();
     let extra = ["replica.fetch.backoff.ms=200"];
-    let mut brokers: Vec<_> = (1..=3)
-        .map(|id| zk.start_broker(CHROOT, id, &extra))
-        .collect();
-    let all: Vec<String> = brokers.iter().map(|b| b.address()).collect();
+    let (mut brokers, all) = three_brokers(&zk, &extra);
     create_topic(&all[0], "acked", 3, 2);
     wait(Duration::from_secs(20), "full ISRs", || {
         full_isr(&zk, "acked", 3)
@@ -247,8 +243,7 @@ fn a_paused_follower_leaves_the_isr_and_rejoins_once_caught_up() {
         "zookeeper.session.timeout.ms=12000",
         "replica.lag.time.max.ms=2000",
     ];
-    let (brokers, metrics_ports) = brokers_with_metrics(&zk, &extra);
-    let all: Vec<String> = brokers.iter().map(|b| b.address()).collect();
+    let (brokers, all, metrics_ports) = brokers_with_metrics(&zk, &extra);
     create_topic(&all[0], "paused", 1, 2);
     wait(Duration::from_secs(20), "a full ISR", || {
         full_isr(&zk, "paused", 1)
@@ -308,20 +303,29 @@ fn a_paused_follower_leaves_the_isr_and_rejoins_once_caught_up() {
 
 /// A metric without labels from a broker's `/metrics`, 0 if absent.
 fn metric(port: u16, name: &str) -> f64 {
-    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    write!(stream, "GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    response
-        .lines()
+    let (_, body) = http_get(port, "/metrics");
+    body.lines()
         .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
         .unwrap_or(0.0)
 }
 
-/// Three brokers, each with its `/metrics` on the port it is given.
-fn brokers_with_metrics(zk: &ZooKeeper, extra: &[&str]) -> (Vec<common::Broker>, Vec<u16>) {
+/// Brokers 1-3 of the cluster under `CHROOT`, with `extra` overrides, and
+/// their addresses.
+fn three_brokers(zk: &ZooKeeper, extra: &[&str]) -> (Vec<common::Broker>, Vec<String>) {
+    let brokers: Vec<_> = (1..=3)
+        .map(|id| zk.start_broker(CHROOT, id, extra))
+        .collect();
+    let all = brokers.iter().map(|b| b.address()).collect();
+    (brokers, all)
+}
+
+/// `three_brokers`, each also serving `/metrics` on the port it is given;
+/// the brokers, their addresses and those ports.
+type BrokersWithMetrics = (Vec<common::Broker>, Vec<String>, Vec<u16>);
+
+fn brokers_with_metrics(zk: &ZooKeeper, extra: &[&str]) -> BrokersWithMetrics {
     let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
-    let brokers = (1..=3)
+    let brokers: Vec<common::Broker> = (1..=3)
         .map(|id| {
             let metrics = format!("ringbroker.metrics.port={}", ports[id as usize - 1]);
             let mut overrides = extra.to_vec();
@@ -329,7 +333,8 @@ fn brokers_with_metrics(zk: &ZooKeeper, extra: &[&str]) -> (Vec<common::Broker>,
             zk.start_broker(CHROOT, id, &overrides)
         })
         .collect();
-    (brokers, ports)
+    let all = brokers.iter().map(|b| b.address()).collect();
+    (brokers, all, ports)
 }
 
 /// A batch of one record, as a producer sends it.
@@ -353,8 +358,7 @@ fn under_replicated_and_min_isr(bootstrap: &str) -> (String, String) {
 #[test]
 fn acks_all_is_refused_below_min_insync_replicas_and_resumes() {
     let zk = ZooKeeper::start();
-    let mut brokers: Vec<_> = (1..=3).map(|id| zk.start_broker(CHROOT, id, &[])).collect();
-    let all: Vec<String> = brokers.iter().map(|b| b.address()).collect();
+    let (mut brokers, all) = three_brokers(&zk, &[]);
     create_topic(&all[0], "guarded", 1, 2);
     wait(Duration::from_secs(20), "a full ISR", || {
         full_isr(&zk, "guarded", 1)
@@ -406,8 +410,7 @@ fn acks_all_is_refused_below_min_insync_replicas_and_resumes() {
 #[test]
 fn a_returning_leader_truncates_what_the_new_leader_never_had() {
     let zk = ZooKeeper::start();
-    let mut brokers: Vec<_> = (1..=3).map(|id| zk.start_broker(CHROOT, id, &[])).collect();
-    let all: Vec<String> = brokers.iter().map(|b| b.address()).collect();
+    let (mut brokers, all) = three_brokers(&zk, &[]);
     create_topic(&all[0], "diverged", 1, 1);
     wait(Duration::from_secs(20), "a full ISR", || {
         full_isr(&zk, "diverged", 1)
@@ -551,8 +554,7 @@ fn state_json(zk: &ZooKeeper, topic: &str, partition: i32) -> serde_json::Value 
 #[test]
 fn an_offline_partition_stays_offline_until_unclean_election_is_enabled() {
     let zk = ZooKeeper::start();
-    let (mut brokers, metrics_ports) = brokers_with_metrics(&zk, &[]);
-    let all: Vec<String> = brokers.iter().map(|b| b.address()).collect();
+    let (mut brokers, all, metrics_ports) = brokers_with_metrics(&zk, &[]);
     create_topic(&all[0], "unclean", 1, 1);
     wait(Duration::from_secs(20), "a full ISR", || {
         full_isr(&zk, "unclean", 1)
@@ -671,10 +673,7 @@ fn committed_offsets_survive_the_loss_of_their_coordinator() {
         "offsets.topic.replication.factor=3",
         "offsets.topic.num.partitions=3",
     ];
-    let mut brokers: Vec<_> = (1..=3)
-        .map(|id| zk.start_broker(CHROOT, id, &extra))
-        .collect();
-    let all: Vec<String> = brokers.iter().map(|b| b.address()).collect();
+    let (mut brokers, all) = three_brokers(&zk, &extra);
     create_topic(&all[0], "orders", 1, 2);
     let input: String = (0..100).map(|i| format!("order-{i}\n")).collect();
     kcat(
@@ -757,8 +756,7 @@ fn batch_of(count: usize, prefix: &str) -> Vec<u8> {
 #[test]
 fn a_follower_behind_the_leaders_log_start_starts_again_there() {
     let zk = ZooKeeper::start();
-    let mut brokers: Vec<_> = (1..=3).map(|id| zk.start_broker(CHROOT, id, &[])).collect();
-    let all: Vec<String> = brokers.iter().map(|b| b.address()).collect();
+    let (mut brokers, all) = three_brokers(&zk, &[]);
     create_topic(&all[0], "purged", 1, 1);
     wait(Duration::from_secs(20), "a full ISR", || {
         full_isr(&zk, "purged", 1)

@@ -456,9 +456,13 @@ fn a_directory_of_an_earlier_topic_with_the_same_name_is_not_served() {
 /// leads its partition in, until it is killed.
 const LEADER_DIR_ENV: &str = "RECOVERY_TEST_LEADER_DIR";
 
+/// How long the leader child waits to be killed before it gives up (its
+/// parent failed).
+const LEADER_LIFETIME: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// As the killed leader: appends in two epochs, moves the high watermark,
 /// begins a third epoch, says so in `ready`, and runs its periodic
-/// checkpoints until killed.
+/// checkpoints until killed, or for `LEADER_LIFETIME` at most.
 fn lead_until_killed(dir: &Path) -> ! {
     let log_dirs = LogDirs::open(&[dir.to_owned()]).unwrap();
     run(async move {
@@ -492,9 +496,8 @@ fn lead_until_killed(dir: &Path) -> ! {
         // A few checkpoint intervals before saying so.
         glommio::timer::sleep(std::time::Duration::from_millis(200)).await;
         fs::write(dir.join("ready"), b"").unwrap();
-        loop {
-            glommio::timer::sleep(std::time::Duration::from_secs(1)).await;
-        }
+        glommio::timer::sleep(LEADER_LIFETIME).await;
+        panic!("the leader was never killed");
     })
 }
 

@@ -275,27 +275,15 @@ impl PartitionState {
         if self.pending.is_some() || !self.is_leader() {
             return None;
         }
-        let lagging: Vec<i32> = self
-            .committed
-            .isr
-            .iter()
-            .copied()
-            .filter(|id| {
+        let (lagging, isr): (Vec<i32>, Vec<i32>) =
+            self.committed.isr.iter().copied().partition(|id| {
                 self.followers
                     .get(id)
                     .is_some_and(|f| !f.is_caught_up(leader_log_end_offset, now_ms, max_lag_ms))
-            })
-            .collect();
+            });
         if lagging.is_empty() {
             return None;
         }
-        let isr: Vec<i32> = self
-            .committed
-            .isr
-            .iter()
-            .copied()
-            .filter(|id| !lagging.contains(id))
-            .collect();
         assert!(
             isr.contains(&self.local_broker_id),
             "a leader never leaves its ISR"
