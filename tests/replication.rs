@@ -20,18 +20,7 @@ const CHROOT: &str = "/replication";
 
 /// A partition's state znode: leader and ISR.
 fn state(zk: &ZooKeeper, topic: &str, partition: i32) -> (i32, Vec<i32>) {
-    let state = zk
-        .json(&format!(
-            "{CHROOT}/brokers/topics/{topic}/partitions/{partition}/state"
-        ))
-        .unwrap();
-    let isr = state["isr"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|id| id.as_i64().unwrap() as i32)
-        .collect();
-    (state["leader"].as_i64().unwrap() as i32, isr)
+    zk.partition_state(CHROOT, topic, partition)
 }
 
 fn create_topic(bootstrap: &str, topic: &str, partitions: u32, min_insync: u32) {
@@ -312,11 +301,7 @@ fn metric(port: u16, name: &str) -> f64 {
 /// Brokers 1-3 of the cluster under `CHROOT`, with `extra` overrides, and
 /// their addresses.
 fn three_brokers(zk: &ZooKeeper, extra: &[&str]) -> (Vec<common::Broker>, Vec<String>) {
-    let brokers: Vec<_> = (1..=3)
-        .map(|id| zk.start_broker(CHROOT, id, extra))
-        .collect();
-    let all = brokers.iter().map(|b| b.address()).collect();
-    (brokers, all)
+    zk.start_brokers(CHROOT, 1..=3, extra)
 }
 
 /// `three_brokers`, each also serving `/metrics` on the port it is given;

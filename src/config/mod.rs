@@ -60,6 +60,9 @@ const BROKER_KEYS: &[&str] = &[
     "zookeeper.max.in.flight.requests",
     "broker.rack",
     "controlled.shutdown.enable",
+    "auto.leader.rebalance.enable",
+    "leader.imbalance.per.broker.percentage",
+    "leader.imbalance.check.interval.seconds",
     "controlled.shutdown.max.retries",
     "controlled.shutdown.retry.backoff.ms",
     "replica.lag.time.max.ms",
@@ -128,6 +131,7 @@ pub struct BrokerConfig {
     pub fetch_max_bytes: usize,
     pub connections_max_idle_ms: u64,
     pub controlled_shutdown: ControlledShutdownConfig,
+    pub leader_rebalance: LeaderRebalanceConfig,
     pub replication: ReplicationConfig,
     /// `offsets.topic.num.partitions`
     pub offsets_topic_num_partitions: i32,
@@ -152,6 +156,16 @@ pub struct ControlledShutdownConfig {
     pub enable: bool,
     pub max_retries: u32,
     pub retry_backoff_ms: u64,
+}
+
+/// `auto.leader.rebalance.enable` and `leader.imbalance.*`, with Kafka's
+/// defaults: how often the controller moves leadership back to preferred
+/// replicas, and past what imbalance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaderRebalanceConfig {
+    pub enable: bool,
+    pub imbalance_per_broker_percentage: u32,
+    pub check_interval_seconds: u64,
 }
 
 /// `replica.*` and `num.replica.fetchers`, with Kafka's defaults: how
@@ -461,6 +475,22 @@ impl BrokerConfig {
                     .map_or(Ok(5_000), |v| {
                         parse("controlled.shutdown.retry.backoff.ms", v)
                     })?,
+            },
+            leader_rebalance: LeaderRebalanceConfig {
+                enable: get("auto.leader.rebalance.enable")
+                    .map_or(Ok(true), |v| parse("auto.leader.rebalance.enable", v))?,
+                imbalance_per_broker_percentage: number(
+                    "leader.imbalance.per.broker.percentage",
+                    10,
+                )? as u32,
+                check_interval_seconds: match number("leader.imbalance.check.interval.seconds", 300)? {
+                    0 => {
+                        return Err(ConfigError(
+                            "invalid value 0 for leader.imbalance.check.interval.seconds: must be at least 1".into(),
+                        ))
+                    }
+                    seconds => seconds,
+                },
             },
             offsets_topic_num_partitions,
             offsets_topic_replication_factor: get("offsets.topic.replication.factor")

@@ -1,7 +1,9 @@
-//! Kafka's leader election rules for a partition whose brokers came or went
-//! (PartitionStateMachine's offline election, clean or unclean,
-//! ReplicaStateMachine's removal of dead replicas from the ISR), as pure
-//! functions.
+//! Kafka's leader election rules (PartitionStateMachine's offline election,
+//! clean or unclean, ReplicaStateMachine's removal of dead replicas from the
+//! ISR, the preferred replica election and the auto rebalance's choice of
+//! partitions), as pure functions.
+
+use kafka_protocol::ResponseError;
 
 use crate::metadata::znodes::TopicPartitionStateZNode;
 use crate::replication::partition_state::RECOVERING;
@@ -104,6 +106,101 @@ pub fn on_controlled_shutdown(
     })
 }
 
+/// ElectLeaders' election type (Kafka's `ElectionType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ElectionType {
+    Preferred,
+    Unclean,
+}
+
+impl ElectionType {
+    /// The request's `ElectionType` byte: 0 preferred, 1 unclean.
+    pub fn from_byte(value: i8) -> Option<Self> {
+        match value {
+            0 => Some(Self::Preferred),
+            1 => Some(Self::Unclean),
+            _ => None,
+        }
+    }
+}
+
+/// An election an operator asked for (ElectLeaders), with Kafka's answers
+/// for a partition that does not get one.
+/// - Preferred: the first assigned replica leads if it is eligible and in
+///   the ISR, which is unchanged; ELECTION_NOT_NEEDED when it already leads,
+///   PREFERRED_LEADER_NOT_AVAILABLE otherwise.
+/// - Unclean: only for a partition whose leader is gone; the offline
+///   election with unclean allowed; ELECTION_NOT_NEEDED while the leader is
+///   eligible, ELIGIBLE_LEADERS_NOT_AVAILABLE when no replica is live.
+pub fn requested(
+    election_type: ElectionType,
+    replicas: &[i32],
+    state: &TopicPartitionStateZNode,
+    eligible: impl Fn(i32) -> bool,
+) -> Result<LeaderChange, ResponseError> {
+    match election_type {
+        ElectionType::Preferred => {
+            let preferred = *replicas.first().expect("a partition has replicas");
+            if state.leader == preferred {
+                return Err(ResponseError::ElectionNotNeeded);
+            }
+            if !eligible(preferred) || !state.isr.contains(&preferred) {
+                return Err(ResponseError::PreferredLeaderNotAvailable);
+            }
+            Ok(LeaderChange {
+                leader: preferred,
+                isr: state.isr.clone(),
+                leader_recovery_state: state.leader_recovery_state,
+                unclean: false,
+            })
+        }
+        ElectionType::Unclean => {
+            if state.leader != -1 && eligible(state.leader) {
+                return Err(ResponseError::ElectionNotNeeded);
+            }
+            after_broker_change(replicas, state, eligible, true)
+                .filter(|change| change.leader != -1)
+                .ok_or(ResponseError::EligibleLeadersNotAvailable)
+        }
+    }
+}
+
+/// Kafka's `checkAndTriggerAutoLeaderRebalance`: partitions (each an item
+/// of `partitions` with its replicas and state) grouped by their preferred
+/// replica; where more than `imbalance_percentage` percent of a broker's
+/// group is led by another broker, those whose preferred replica can lead
+/// now (eligible and in the ISR). Returns the indices into `partitions`.
+pub fn auto_rebalance_candidates<'a>(
+    partitions: impl IntoIterator<Item = (&'a [i32], &'a TopicPartitionStateZNode)>,
+    imbalance_percentage: u32,
+    eligible: impl Fn(i32) -> bool,
+) -> Vec<usize> {
+    // Preferred broker -> (partitions preferring it, the ones it does not lead).
+    let mut by_preferred: std::collections::BTreeMap<i32, (usize, Vec<usize>)> = Default::default();
+    let partitions: Vec<_> = partitions.into_iter().collect();
+    for (index, (replicas, state)) in partitions.iter().enumerate() {
+        let preferred = replicas[0];
+        let (count, not_leading) = by_preferred.entry(preferred).or_default();
+        *count += 1;
+        if state.leader != preferred {
+            not_leading.push(index);
+        }
+    }
+    let mut candidates = Vec::new();
+    for (count, not_leading) in by_preferred.into_values() {
+        // ratio > percentage / 100, in integers.
+        if not_leading.len() * 100 <= count * imbalance_percentage as usize {
+            continue;
+        }
+        candidates.extend(not_leading.into_iter().filter(|index| {
+            let (replicas, state) = partitions[*index];
+            requested(ElectionType::Preferred, replicas, state, &eligible).is_ok()
+        }));
+    }
+    candidates.sort_unstable();
+    candidates
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -201,5 +298,86 @@ mod tests {
             after_broker_change(&[1, 2, 3], &state(1, &[1, 2, 3]), all, false),
             None
         );
+    }
+
+    #[test]
+    fn a_preferred_election_moves_leadership_to_the_first_replica_in_the_isr() {
+        let change = requested(
+            ElectionType::Preferred,
+            &[1, 2, 3],
+            &state(2, &[2, 3, 1]),
+            live(&[1, 2, 3]),
+        );
+        assert_eq!(change, Ok(clean(1, &[2, 3, 1]).unwrap()));
+        let already = requested(
+            ElectionType::Preferred,
+            &[1, 2, 3],
+            &state(1, &[1, 2]),
+            live(&[1, 2, 3]),
+        );
+        assert_eq!(already, Err(ResponseError::ElectionNotNeeded));
+        // Out of the ISR, or not eligible (dead or stopping): not available.
+        for (isr, eligible) in [
+            (&[2, 3][..], live(&[1, 2, 3])),
+            (&[2, 3, 1][..], live(&[2, 3])),
+        ] {
+            let change = requested(
+                ElectionType::Preferred,
+                &[1, 2, 3],
+                &state(2, isr),
+                eligible,
+            );
+            assert_eq!(change, Err(ResponseError::PreferredLeaderNotAvailable));
+        }
+    }
+
+    #[test]
+    fn an_unclean_election_is_for_partitions_without_a_live_leader() {
+        let led = requested(
+            ElectionType::Unclean,
+            &[1, 2],
+            &state(1, &[1]),
+            live(&[1, 2]),
+        );
+        assert_eq!(led, Err(ResponseError::ElectionNotNeeded));
+        let change = requested(ElectionType::Unclean, &[1, 2], &state(-1, &[1]), live(&[2]));
+        assert!(change.is_ok_and(|c| c.leader == 2 && c.unclean && c.isr == [2]));
+        // A leader whose broker is dead and not yet replaced is elected cleanly.
+        let change = requested(
+            ElectionType::Unclean,
+            &[1, 2],
+            &state(1, &[1, 2]),
+            live(&[2]),
+        );
+        assert_eq!(change, Ok(clean(2, &[2]).unwrap()));
+        let none = requested(ElectionType::Unclean, &[1, 2], &state(-1, &[1]), live(&[3]));
+        assert_eq!(none, Err(ResponseError::EligibleLeadersNotAvailable));
+    }
+
+    #[test]
+    fn the_auto_rebalance_acts_on_brokers_over_the_imbalance_percentage() {
+        // Broker 1 prefers 4 partitions and leads 2 (50%); broker 2 prefers
+        // 10 and leads 9 (10%, not over 10%).
+        let mut partitions = Vec::new();
+        for leader in [1, 1, 2, 3] {
+            partitions.push((vec![1, 2, 3], state(leader, &[1, 2, 3])));
+        }
+        for index in 0..10 {
+            let leader = if index == 0 { 3 } else { 2 };
+            partitions.push((vec![2, 3, 1], state(leader, &[1, 2, 3])));
+        }
+        // One of broker 1's is out of its ISR, so it cannot lead there yet.
+        partitions[3].1.isr = vec![2, 3];
+        let items = || partitions.iter().map(|(r, s)| (r.as_slice(), s));
+        assert_eq!(
+            auto_rebalance_candidates(items(), 10, live(&[1, 2, 3])),
+            [2]
+        );
+        assert_eq!(
+            auto_rebalance_candidates(items(), 9, live(&[1, 2, 3])),
+            [2, 4]
+        );
+        assert!(auto_rebalance_candidates(items(), 10, live(&[2, 3])).is_empty());
+        assert!(auto_rebalance_candidates(items(), 50, live(&[1, 2, 3])).is_empty());
     }
 }

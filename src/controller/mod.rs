@@ -6,7 +6,8 @@
 //! every write with its epoch and builds the metadata image from the context.
 //!
 //! Split as Kafka's: `context.rs` (what it knows), `replica_assignment.rs`
-//! (where replicas go), `topic_config.rs` (config checks), `topic_deletion.rs`
+//! (where replicas go), `election.rs` (who leads), `replica_election.rs`
+//! (preferred and unclean elections, the auto rebalance), `topic_config.rs` (config checks), `topic_deletion.rs`
 //! (Kafka's TopicDeletionManager).
 
 mod alter_partition;
@@ -15,6 +16,7 @@ mod channel_manager;
 mod context;
 mod election;
 mod replica_assignment;
+mod replica_election;
 mod topic_config;
 mod topic_creation;
 mod topic_deletion;
@@ -31,12 +33,14 @@ use uuid::Uuid;
 pub use self::channel_manager::ControllerEvent;
 use self::channel_manager::{BrokerRequest, ControllerChannelManager};
 pub use self::context::{ControllerContext, TopicContext};
+pub use self::election::ElectionType;
 use self::election::LeaderChange;
 pub use self::replica_assignment::validate_topic_name;
 use self::replica_assignment::{
     assign_replicas_to_brokers, check_assignments, check_partition_count, AssignmentStart,
     BrokerMetadata,
 };
+pub use self::replica_election::ElectionResult;
 pub use self::topic_config::{alter_topic_config, stored_log_config, ConfigOp};
 pub use self::topic_creation::create_topics_in_zk;
 use self::topic_creation::{plan_topic, write_topic};

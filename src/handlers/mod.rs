@@ -17,6 +17,7 @@ mod describe_cluster;
 mod describe_configs;
 mod describe_groups;
 mod describe_log_dirs;
+mod elect_leaders;
 mod fetch;
 mod find_coordinator;
 mod heartbeat;
@@ -172,6 +173,7 @@ impl ApiTable {
                 alter_configs::handle_incremental
             ),
             api!(DeleteGroups, 0, 2, delete_groups::handle),
+            api!(ElectLeaders, 0, 2, elect_leaders::handle),
             api!(DescribeCluster, 0, 2, describe_cluster::handle),
             api!(OffsetDelete, 0, 0, offset_delete::handle),
             control_api!(
@@ -460,6 +462,7 @@ mod tests {
             AlterConfigs => AlterConfigsRequest, AlterConfigsResponse;
             DescribeLogDirs => DescribeLogDirsRequest, DescribeLogDirsResponse;
             CreatePartitions => CreatePartitionsRequest, CreatePartitionsResponse;
+            ElectLeaders => ElectLeadersRequest, ElectLeadersResponse;
             IncrementalAlterConfigs => IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse;
             DescribeCluster => DescribeClusterRequest, DescribeClusterResponse;
             OffsetCommit => OffsetCommitRequest, OffsetCommitResponse;

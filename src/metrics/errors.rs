@@ -75,23 +75,25 @@ per_partition_error!(
     kafka_protocol_legacy::messages::OffsetForLeaderEpochResponse => topics.partitions,
 );
 
-impl ResponseErrors for AlterPartitionResponse {
-    fn for_each_error(&self, count: &mut dyn FnMut(i16)) {
-        count(self.error_code);
-        for topic in &self.topics {
-            topic.partitions.iter().for_each(|p| count(p.error_code));
+/// Responses with a top-level code and one per partition of each topic.
+macro_rules! top_level_and_per_partition_error {
+    ($($response:ty => $topics:ident . $partitions:ident),* $(,)?) => {$(
+        impl ResponseErrors for $response {
+            fn for_each_error(&self, count: &mut dyn FnMut(i16)) {
+                count(self.error_code);
+                for topic in &self.$topics {
+                    topic.$partitions.iter().for_each(|p| count(p.error_code));
+                }
+            }
         }
-    }
+    )*};
 }
 
-impl ResponseErrors for FetchResponse {
-    fn for_each_error(&self, count: &mut dyn FnMut(i16)) {
-        count(self.error_code);
-        for topic in &self.responses {
-            topic.partitions.iter().for_each(|p| count(p.error_code));
-        }
-    }
-}
+top_level_and_per_partition_error!(
+    AlterPartitionResponse => topics.partitions,
+    FetchResponse => responses.partitions,
+    ElectLeadersResponse => replica_election_results.partition_result,
+);
 
 impl ResponseErrors for MetadataResponse {
     fn for_each_error(&self, count: &mut dyn FnMut(i16)) {

@@ -120,6 +120,8 @@ pub struct ControllerGauges {
     pub active_controller: bool,
     /// Partitions with no leader (topics being deleted aside).
     pub offline_partitions: u64,
+    /// Partitions whose leader is not their preferred replica.
+    pub preferred_replica_imbalance: u64,
 }
 
 /// Everything one shard reports to a scrape; plain data, sent across shards.
@@ -426,6 +428,11 @@ pub fn render(
             "kafka_controller_kafkacontroller_offlinepartitionscount",
             "Partitions without a leader, on the active controller.",
             controller.offline_partitions,
+        ),
+        (
+            "kafka_controller_kafkacontroller_preferredreplicaimbalancecount",
+            "Partitions not led by their preferred replica, on the active controller.",
+            controller.preferred_replica_imbalance,
         ),
     ] {
         let name = header(&mut out, name, "gauge", help);

@@ -146,19 +146,20 @@ impl ShardBroker {
     }
 
     /// Whether this broker is the controller, as the image says, and if so
-    /// its partitions without a leader.
+    /// its partitions without a leader and those not led by their preferred
+    /// (first) replica.
     fn controller_gauges(&self) -> ControllerGauges {
         let image = self.image.borrow();
-        let active_controller = image.controller_id == self.config.broker_id;
-        let offline_partitions = if active_controller {
-            let partitions = image.topics.values().flat_map(|t| &t.partitions);
-            partitions.filter(|p| p.leader == -1).count() as u64
-        } else {
-            0
-        };
+        if image.controller_id != self.config.broker_id {
+            return ControllerGauges::default();
+        }
+        let partitions = || image.topics.values().flat_map(|t| &t.partitions);
         ControllerGauges {
-            active_controller,
-            offline_partitions,
+            active_controller: true,
+            offline_partitions: partitions().filter(|p| p.leader == -1).count() as u64,
+            preferred_replica_imbalance: partitions()
+                .filter(|p| p.replicas.first() != Some(&p.leader))
+                .count() as u64,
         }
     }
 

@@ -17,9 +17,10 @@ use shards::log::TopicPartition;
 use shards::runtime::ShardPlacement;
 use tracing::warn;
 
+use crate::config::LeaderRebalanceConfig;
 use crate::controller::{
-    alter_topic_config, create_topics_in_zk, ConfigOp, ControllerEvent, KafkaController, NewTopic,
-    TopicDefaults,
+    alter_topic_config, create_topics_in_zk, ConfigOp, ControllerEvent, ElectionResult,
+    ElectionType, KafkaController, NewTopic, TopicDefaults,
 };
 use crate::metadata::cache::MetadataCache;
 use crate::metadata::image::{kafka_uuid_string, LocalReplica, MetadataImage};
@@ -90,6 +91,13 @@ pub enum ControlRequest {
         request: Box<AlterPartitionRequest>,
         version: i16,
         reply: oneshot::Sender<AlterPartitionResponse>,
+    },
+    /// To the controller: an operator's election (ElectLeaders); None
+    /// asks for every partition.
+    ElectLeaders {
+        election_type: ElectionType,
+        partitions: Option<Vec<(String, i32)>>,
+        reply: oneshot::Sender<Result<Vec<ElectionResult>, ApiError>>,
     },
     /// To the controller: a broker is stopping (ControlledShutdown).
     ControlledShutdown {
@@ -328,6 +336,19 @@ impl ControlClient {
         .await
     }
 
+    pub async fn elect_leaders(
+        &self,
+        election_type: ElectionType,
+        partitions: Option<Vec<(String, i32)>>,
+    ) -> Result<Vec<ElectionResult>, ApiError> {
+        self.ask(|reply| ControlRequest::ElectLeaders {
+            election_type,
+            partitions,
+            reply,
+        })
+        .await?
+    }
+
     pub async fn allocate_producer_id(&self) -> Result<i64, ApiError> {
         self.ask(|reply| ControlRequest::AllocateProducerId { reply })
             .await?
@@ -357,10 +378,19 @@ pub async fn start_embedded(
     metadata_dir: &Path,
     registration: BrokerIdZNode,
     defaults: TopicDefaults,
+    leader_rebalance: LeaderRebalanceConfig,
     placement: Arc<ShardPlacement>,
 ) -> Result<(ControlPlane<EmbeddedStore>, ZkEventReceiver), KafkaZkError> {
     let (store, zk_events) = EmbeddedStore::open(metadata_dir)?;
-    let plane = ControlPlane::start(store, None, registration, defaults, placement).await?;
+    let plane = ControlPlane::start(
+        store,
+        None,
+        registration,
+        defaults,
+        leader_rebalance,
+        placement,
+    )
+    .await?;
     assert!(
         plane.controller.is_active(),
         "the only broker is the controller"
@@ -376,6 +406,7 @@ pub async fn start_zookeeper(
     inter_broker_listener: String,
     registration: BrokerIdZNode,
     defaults: TopicDefaults,
+    leader_rebalance: LeaderRebalanceConfig,
     placement: Arc<ShardPlacement>,
 ) -> Result<(ControlPlane<Rc<ZooKeeperClient>>, ZkEventReceiver), KafkaZkError> {
     let (client, zk_events) = ZooKeeperClient::connect(config.clone()).await?;
@@ -384,6 +415,7 @@ pub async fn start_zookeeper(
         Some(inter_broker_listener),
         registration,
         defaults,
+        leader_rebalance,
         placement,
     )
     .await?;
@@ -410,7 +442,12 @@ enum ControlEvent {
     Controller(ControllerEvent),
     /// A CreateTopics' wait for its leaders ran out.
     CreationExpired(u64),
+    /// Time for the controller's auto leader rebalance check.
+    AutoLeaderRebalance,
 }
+
+/// Kafka's first auto leader rebalance check after a failover.
+const AUTO_LEADER_REBALANCE_FIRST_DELAY: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Kafka's DelayedCreatePartitions: a CreateTopics answer waiting for this
 /// broker's cache to know the leaders of the topics it created.
@@ -458,6 +495,9 @@ pub struct ControlPlane<Z> {
     placement: Arc<ShardPlacement>,
     broker_id: i32,
     image_version: u64,
+    leader_rebalance: LeaderRebalanceConfig,
+    /// Whether an auto leader rebalance check is due (a timer runs).
+    leader_rebalance_scheduled: bool,
     /// The newest `/config/changes` notification processed (Kafka's
     /// ZkConfigManager): configs are read at start, so the ones before it
     /// are done.
@@ -475,6 +515,7 @@ impl<Z: ZkClient> ControlPlane<Z> {
         inter_broker_listener: Option<String>,
         registration: BrokerIdZNode,
         defaults: TopicDefaults,
+        leader_rebalance: LeaderRebalanceConfig,
         placement: Arc<ShardPlacement>,
     ) -> Result<Self, KafkaZkError> {
         let zk = Rc::new(KafkaZkClient::new(zk));
@@ -503,6 +544,8 @@ impl<Z: ZkClient> ControlPlane<Z> {
         controller.elect().await?;
         let config_changes_seen = newest_config_change(&zk.get_config_changes(true).await?);
         Ok(Self {
+            leader_rebalance,
+            leader_rebalance_scheduled: false,
             config_changes_seen,
             zk,
             registration,
@@ -679,7 +722,15 @@ impl<Z: ZkClient> ControlPlane<Z> {
                     self.expire_creation(id);
                     (false, Box::new(|| ()) as _)
                 }
+                ControlEvent::AutoLeaderRebalance => {
+                    (self.on_auto_leader_rebalance().await, Box::new(|| ()) as _)
+                }
             };
+            // A controller (just elected, or re-elected) checks the balance
+            // of leaders a while after it took office, then periodically.
+            if self.controller.is_active() {
+                self.schedule_auto_leader_rebalance(AUTO_LEADER_REBALANCE_FIRST_DELAY);
+            }
             if let Some(image) = changed.then(|| self.next_image()).flatten() {
                 for shard in &images {
                     let (applied, done) = oneshot::channel();
@@ -825,6 +876,20 @@ impl<Z: ZkClient> ControlPlane<Z> {
                     .await;
                 (false, Box::new(move || drop(reply.send(result))))
             }
+            ControlRequest::ElectLeaders {
+                election_type,
+                partitions,
+                reply,
+            } => {
+                let result = self
+                    .controller
+                    .elect_leaders(election_type, partitions)
+                    .await;
+                let changed = result
+                    .as_ref()
+                    .is_ok_and(|results| results.iter().any(|(_, r)| r.is_ok()));
+                (changed, Box::new(move || drop(reply.send(result))))
+            }
             ControlRequest::AllocateProducerId { reply } => {
                 let result = self.controller.allocate_producer_id().await;
                 (false, Box::new(move || drop(reply.send(result))))
@@ -858,6 +923,40 @@ impl<Z: ZkClient> ControlPlane<Z> {
             }
         })
         .detach();
+    }
+
+    /// Arms the auto leader rebalance timer, unless it is off or armed.
+    fn schedule_auto_leader_rebalance(&mut self, delay: std::time::Duration) {
+        if !self.leader_rebalance.enable || self.leader_rebalance_scheduled {
+            return;
+        }
+        self.leader_rebalance_scheduled = true;
+        let events = self.events.clone();
+        glommio::spawn_local(async move {
+            glommio::timer::sleep(delay).await;
+            if let Some(events) = events.upgrade() {
+                let _ = events.send(ControlEvent::AutoLeaderRebalance).await;
+            }
+        })
+        .detach();
+    }
+
+    /// The timer fired: the controller checks the leaders' balance and the
+    /// next check is `leader.imbalance.check.interval.seconds` away; a
+    /// broker no longer controller stops checking. Returns whether this
+    /// broker's image changed (single-node mode).
+    async fn on_auto_leader_rebalance(&mut self) -> bool {
+        self.leader_rebalance_scheduled = false;
+        if !self.controller.is_active() {
+            return false;
+        }
+        let percentage = self.leader_rebalance.imbalance_per_broker_percentage;
+        self.controller
+            .check_and_trigger_auto_leader_rebalance(percentage)
+            .await;
+        let interval = self.leader_rebalance.check_interval_seconds;
+        self.schedule_auto_leader_rebalance(std::time::Duration::from_secs(interval));
+        self.told.is_none()
     }
 
     /// Answers every waiting CreateTopics whose leaders this broker knows.

@@ -112,15 +112,21 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
     let (started_tx, started_rx) = mpsc::channel::<Result<Arc<MetadataImage>, String>>();
     let (metadata_dir, zookeeper) = (config.log_dirs[0].clone(), config.zookeeper.clone());
     let inter_broker_listener = config.inter_broker_listener_name.clone();
+    let leader_rebalance = config.leader_rebalance;
     let control = LocalExecutorBuilder::new(Placement::Unbound)
         .name("control")
         .io_memory(CONTROL_IO_MEMORY_BYTES)
         .spawn(move || async move {
             match zookeeper {
                 None => {
-                    let started =
-                        control::start_embedded(&metadata_dir, registration, defaults, placement)
-                            .await;
+                    let started = control::start_embedded(
+                        &metadata_dir,
+                        registration,
+                        defaults,
+                        leader_rebalance,
+                        placement,
+                    )
+                    .await;
                     run_control_plane(started, started_tx, control_ends).await
                 }
                 Some(zookeeper) => {
@@ -131,6 +137,7 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
                         inter_broker_listener,
                         registration,
                         defaults,
+                        leader_rebalance,
                         placement,
                     )
                     .await;

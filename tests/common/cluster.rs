@@ -190,6 +190,42 @@ impl ZooKeeper {
         String::from_utf8(data).unwrap().parse().unwrap()
     }
 
+    /// A partition's leader and ISR, from its state znode in the cluster
+    /// under `chroot`.
+    pub fn partition_state(&self, chroot: &str, topic: &str, partition: i32) -> (i32, Vec<i32>) {
+        let path = format!("{chroot}/brokers/topics/{topic}/partitions/{partition}/state");
+        let state = self.json(&path).unwrap_or_else(|| panic!("no {path}"));
+        (state["leader"].as_i64().unwrap() as i32, ids(&state["isr"]))
+    }
+
+    /// A topic's replicas, partition by partition, from its znode in the
+    /// cluster under `chroot` (empty if it does not exist).
+    pub fn assignment(&self, chroot: &str, topic: &str) -> Vec<Vec<i32>> {
+        let Some(znode) = self.json(&format!("{chroot}/brokers/topics/{topic}")) else {
+            return Vec::new();
+        };
+        let partitions = znode["partitions"].as_object().unwrap();
+        (0..partitions.len())
+            .map(|p| ids(&partitions[&p.to_string()]))
+            .collect()
+    }
+
+    /// Brokers `ids` of the cluster under `chroot`, with `extra` overrides,
+    /// and their addresses.
+    pub fn start_brokers(
+        &self,
+        chroot: &str,
+        ids: impl IntoIterator<Item = i32>,
+        extra: &[&str],
+    ) -> (Vec<Broker>, Vec<String>) {
+        let brokers: Vec<Broker> = ids
+            .into_iter()
+            .map(|id| self.start_broker(chroot, id, extra))
+            .collect();
+        let addresses = brokers.iter().map(Broker::address).collect();
+        (brokers, addresses)
+    }
+
     /// A znode's data as JSON.
     pub fn json(&self, path: &str) -> Option<serde_json::Value> {
         self.get(path)
@@ -272,6 +308,12 @@ impl Drop for KafkaBroker {
             let _ = child.wait();
         }
     }
+}
+
+/// A JSON array of broker ids.
+fn ids(array: &serde_json::Value) -> Vec<i32> {
+    let array = array.as_array().expect("an array of ids");
+    array.iter().map(|id| id.as_i64().unwrap() as i32).collect()
 }
 
 /// Each partition's leader (by index) as `address` answers Metadata for `topic`.

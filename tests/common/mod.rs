@@ -421,6 +421,18 @@ pub fn committed_offsets(client: &mut Client, group: &str) -> Vec<(String, i32, 
 
 /// Runs a Kafka tool class; returns its stdout, failing on a non-zero exit.
 pub fn kafka_tool(class: &str, args: &[&str], input: Option<&str>) -> String {
+    let output = kafka_tool_output(class, args, input);
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{class} {args:?} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
+/// Runs a Kafka tool class (at most 120 s) with `input` on stdin; how it ended.
+pub fn kafka_tool_output(class: &str, args: &[&str], input: Option<&str>) -> std::process::Output {
     fetch_kafka_jars("kafka");
     let mut child = Command::new("timeout")
         .arg("120")
@@ -437,14 +449,7 @@ pub fn kafka_tool(class: &str, args: &[&str], input: Option<&str>) -> String {
         stdin.write_all(input.as_bytes()).unwrap();
     }
     drop(stdin);
-    let output = child.wait_with_output().unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(
-        output.status.success(),
-        "{class} {args:?} failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    stdout
+    child.wait_with_output().unwrap()
 }
 
 /// Runs kcat (installed by tests/run) with `input` on stdin; its stdout.
