@@ -182,6 +182,22 @@ impl<Z: ZkClient> KafkaController<Z> {
         if !written.is_empty() {
             self.send_update_metadata();
         }
+        // An ISR that grew may complete a reassignment (Kafka's
+        // maybeCompleteReassignment).
+        for (name, partition) in &written {
+            let reassigning = self
+                .context
+                .as_ref()
+                .is_some_and(|context| context.topics[name].reassignments.contains_key(partition));
+            if reassigning
+                && self
+                    .maybe_complete_reassignment(name, *partition, &[])
+                    .await
+                    .is_err()
+            {
+                return refused(ResponseError::NotController);
+            }
+        }
         let Some(context) = self.context.as_ref() else {
             return refused(ResponseError::NotController);
         };

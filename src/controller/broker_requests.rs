@@ -12,7 +12,7 @@ use crate::protocol::inter_broker::{
     LeaderAndIsrRequest, LeaderAndIsrTopicState, StopReplicaPartitionState, StopReplicaRequest,
     StopReplicaTopicState, StrBytes, TopicName, UpdateMetadataBroker, UpdateMetadataEndpoint,
     UpdateMetadataPartitionState, UpdateMetadataRequest, UpdateMetadataTopicState,
-    EPOCH_DURING_DELETE, LEADER_DURING_DELETE,
+    LEADER_DURING_DELETE,
 };
 
 fn topic_name(name: &str) -> TopicName {
@@ -144,6 +144,11 @@ pub fn leader_and_isr<'a>(
             continue;
         };
         let replicas = &topic.assignment[partition];
+        let reassignment = topic
+            .reassignments
+            .get(&partition)
+            .cloned()
+            .unwrap_or_default();
         let partition_state = LeaderAndIsrPartitionState::default()
             .with_topic_name(topic_name(name))
             .with_partition_index(partition as i32)
@@ -153,6 +158,8 @@ pub fn leader_and_isr<'a>(
             .with_isr(ids(&state.isr))
             .with_partition_epoch(*version)
             .with_replicas(ids(replicas))
+            .with_adding_replicas(ids(&reassignment.adding))
+            .with_removing_replicas(ids(&reassignment.removing))
             .with_is_new(is_new)
             .with_leader_recovery_state(state.leader_recovery_state);
         let leader = context.live_brokers.get(&state.leader).and_then(|live| {
@@ -210,21 +217,22 @@ pub fn leader_and_isr<'a>(
         .collect()
 }
 
-/// StopReplica deleting `partitions` of `topic` on `broker`, with the
-/// deletion's leader epoch sentinel.
+/// StopReplica deleting `partitions` of `topic` on `broker`, at
+/// `leader_epoch` (`EPOCH_DURING_DELETE` for a topic's deletion).
 pub fn stop_replica_deleting(
     context: &ControllerContext,
     controller_id: i32,
     broker: i32,
     topic: &str,
     partitions: impl IntoIterator<Item = i32>,
+    leader_epoch: i32,
 ) -> StopReplicaRequest {
     let states = partitions
         .into_iter()
         .map(|partition| {
             StopReplicaPartitionState::default()
                 .with_partition_index(partition)
-                .with_leader_epoch(EPOCH_DURING_DELETE)
+                .with_leader_epoch(leader_epoch)
                 .with_delete_partition(true)
         })
         .collect();
@@ -247,6 +255,7 @@ mod tests {
     use crate::metadata::image::Broker;
     use crate::metadata::kafka_zk_client::ControllerEpoch;
     use crate::metadata::znodes::{BrokerIdZNode, TopicPartitionStateZNode};
+    use crate::protocol::inter_broker::EPOCH_DURING_DELETE;
 
     fn topic(replicas: Vec<Vec<i32>>, leader: i32) -> TopicContext {
         let states = replicas
@@ -269,6 +278,7 @@ mod tests {
             states,
             config_overrides: BTreeMap::new(),
             log_config: Arc::new(Default::default()),
+            reassignments: BTreeMap::new(),
         }
     }
 
@@ -353,7 +363,7 @@ mod tests {
             request.live_leaders.is_empty(),
             "broker 1 has no INTERNAL listener"
         );
-        let stop = stop_replica_deleting(&context, 1, 2, "gone", [0]);
+        let stop = stop_replica_deleting(&context, 1, 2, "gone", [0], EPOCH_DURING_DELETE);
         assert_eq!(stop.broker_epoch, 20);
         let partition = &stop.topic_states[0].partition_states[0];
         assert!(partition.delete_partition);

@@ -9,9 +9,10 @@ use shards::log::LogConfig;
 use uuid::Uuid;
 
 use super::election::LeaderChange;
+use super::reassignment::Reassignment;
 use crate::metadata::image::{MetadataImage, PartitionImage, TopicImage};
 use crate::metadata::kafka_zk_client::{ControllerEpoch, Versioned};
-use crate::metadata::znodes::{BrokerIdZNode, TopicPartitionStateZNode};
+use crate::metadata::znodes::{BrokerIdZNode, TopicPartitionStateZNode, TopicZNode};
 
 /// A registered broker and its epoch (its registration's czxid).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,6 +33,28 @@ pub struct TopicContext {
     pub config_overrides: BTreeMap<String, String>,
     /// The broker's defaults with the overrides applied.
     pub log_config: Arc<LogConfig>,
+    /// Partitions being reassigned (their `assignment` is the target
+    /// replicas, then the original ones leaving).
+    pub reassignments: BTreeMap<usize, Reassignment>,
+}
+
+impl TopicContext {
+    /// `/brokers/topics/<t>` as this context holds it.
+    pub fn znode(&self) -> TopicZNode {
+        let by_partition = |pick: fn(&Reassignment) -> &Vec<i32>| {
+            self.reassignments
+                .iter()
+                .map(|(partition, reassignment)| (*partition as i32, pick(reassignment).clone()))
+                .filter(|(_, replicas)| !replicas.is_empty())
+                .collect()
+        };
+        TopicZNode {
+            topic_id: self.id,
+            partitions: self.assignment.clone(),
+            adding_replicas: by_partition(|r| &r.adding),
+            removing_replicas: by_partition(|r| &r.removing),
+        }
+    }
 }
 
 #[derive(Debug, Clone)]

@@ -15,6 +15,7 @@ mod broker_requests;
 mod channel_manager;
 mod context;
 mod election;
+mod reassignment;
 mod replica_assignment;
 mod replica_election;
 mod topic_config;
@@ -35,6 +36,7 @@ use self::channel_manager::{BrokerRequest, ControllerChannelManager};
 pub use self::context::{ControllerContext, TopicContext};
 pub use self::election::ElectionType;
 use self::election::LeaderChange;
+pub use self::reassignment::{OngoingReassignment, ReassignmentRequest, ReassignmentResult};
 pub use self::replica_assignment::validate_topic_name;
 use self::replica_assignment::{
     assign_replicas_to_brokers, check_assignments, check_partition_count, AssignmentStart,
@@ -47,7 +49,7 @@ use self::topic_creation::{plan_topic, write_topic};
 use crate::metadata::image::MetadataImage;
 use crate::metadata::kafka_zk_client::{ControllerEpoch, KafkaZkClient, KafkaZkError};
 use crate::metadata::zk_client::{Op, OpResult, ZkClient, ZkError};
-use crate::metadata::znodes::{ProducerIdBlockZNode, TopicPartitionStateZNode, TopicZNode};
+use crate::metadata::znodes::{ProducerIdBlockZNode, TopicPartitionStateZNode};
 use crate::protocol::{ApiError, ResponseError};
 
 impl From<KafkaZkError> for ApiError {
@@ -213,6 +215,7 @@ impl<Z: ZkClient> KafkaController<Z> {
         self.send_update_metadata();
         let all = self.partitions_of(|_| true);
         self.send_leader_and_isr(&all, false);
+        self.resume_reassignments().await?;
         self.on_topic_deletion().await;
         Ok(())
     }
@@ -238,7 +241,7 @@ impl<Z: ZkClient> KafkaController<Z> {
         self.elect_after_broker_change().await?;
         self.send_update_metadata();
         self.send_whole_state(&joined);
-        Ok(())
+        self.maybe_complete_reassignments().await
     }
 
     /// `/brokers/topics` changed (Kafka's TopicChange): topics another
@@ -600,6 +603,7 @@ impl<Z: ZkClient> KafkaController<Z> {
         }
         let (config_overrides, _) = self.zk.get_topic_config(name).await?;
         Ok(Some(TopicContext {
+            reassignments: reassignment::reassignments_of(&assignment),
             id: assignment.topic_id,
             log_config: Arc::new(stored_log_config(
                 &self.defaults.log_config,
@@ -675,6 +679,7 @@ impl<Z: ZkClient> KafkaController<Z> {
                 states: Vec::new(),
                 config_overrides: overrides,
                 log_config: Arc::new(log_config),
+                reassignments: BTreeMap::new(),
             },
         );
         self.on_new_partitions(&topic.name, 0).await?;
@@ -848,12 +853,7 @@ impl<Z: ZkClient> KafkaController<Z> {
         if validate_only {
             return Ok(());
         }
-        let mut assignment = TopicZNode {
-            topic_id: context.id,
-            partitions: context.assignment.clone(),
-            adding_replicas: BTreeMap::new(),
-            removing_replicas: BTreeMap::new(),
-        };
+        let mut assignment = context.znode();
         assignment.partitions.extend(new);
         let version = context.assignment_version;
         let epoch = self.context()?.epoch;

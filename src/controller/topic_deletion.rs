@@ -15,6 +15,7 @@ use tracing::{info, warn};
 use super::{broker_requests, KafkaController};
 use crate::metadata::kafka_zk_client::KafkaZkError;
 use crate::metadata::zk_client::ZkClient;
+use crate::protocol::inter_broker::EPOCH_DURING_DELETE;
 
 impl<Z: ZkClient> KafkaController<Z> {
     /// The marks' watch fired. Returns whether a topic went.
@@ -56,6 +57,10 @@ impl<Z: ZkClient> KafkaController<Z> {
                 self.zk.delete_topic_znodes(epoch, &name).await?;
                 continue;
             };
+            if !topic.reassignments.is_empty() {
+                info!(topic = name, "deletion waits for the topic's reassignments");
+                continue;
+            }
             let replicas: BTreeSet<(i32, i32)> = topic
                 .assignment
                 .iter()
@@ -109,6 +114,7 @@ impl<Z: ZkClient> KafkaController<Z> {
                     *broker,
                     name,
                     partitions,
+                    EPOCH_DURING_DELETE,
                 );
                 let request = super::channel_manager::BrokerRequest::StopReplica(request);
                 if !propagation.channels.send(*broker, request) {

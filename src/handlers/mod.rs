@@ -6,6 +6,7 @@
 mod allocate_producer_ids;
 mod alter_configs;
 mod alter_partition;
+mod alter_partition_reassignments;
 mod api_versions;
 mod controlled_shutdown;
 mod create_partitions;
@@ -27,6 +28,7 @@ mod leader_and_isr;
 mod leave_group;
 mod list_groups;
 mod list_offsets;
+mod list_partition_reassignments;
 mod metadata;
 mod offset_commit;
 mod offset_delete;
@@ -174,6 +176,18 @@ impl ApiTable {
             ),
             api!(DeleteGroups, 0, 2, delete_groups::handle),
             api!(ElectLeaders, 0, 2, elect_leaders::handle),
+            api!(
+                AlterPartitionReassignments,
+                0,
+                0,
+                alter_partition_reassignments::handle
+            ),
+            api!(
+                ListPartitionReassignments,
+                0,
+                0,
+                list_partition_reassignments::handle
+            ),
             api!(DescribeCluster, 0, 2, describe_cluster::handle),
             api!(OffsetDelete, 0, 0, offset_delete::handle),
             control_api!(
@@ -463,6 +477,8 @@ mod tests {
             DescribeLogDirs => DescribeLogDirsRequest, DescribeLogDirsResponse;
             CreatePartitions => CreatePartitionsRequest, CreatePartitionsResponse;
             ElectLeaders => ElectLeadersRequest, ElectLeadersResponse;
+            AlterPartitionReassignments => AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse;
+            ListPartitionReassignments => ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse;
             IncrementalAlterConfigs => IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse;
             DescribeCluster => DescribeClusterRequest, DescribeClusterResponse;
             OffsetCommit => OffsetCommitRequest, OffsetCommitResponse;

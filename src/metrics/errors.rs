@@ -29,6 +29,7 @@ top_level_error!(
     SyncGroupResponse,
     ListGroupsResponse,
     DescribeClusterResponse,
+    ListPartitionReassignmentsResponse,
     AllocateProducerIdsResponse,
 );
 
@@ -93,6 +94,7 @@ top_level_and_per_partition_error!(
     AlterPartitionResponse => topics.partitions,
     FetchResponse => responses.partitions,
     ElectLeadersResponse => replica_election_results.partition_result,
+    AlterPartitionReassignmentsResponse => responses.partitions,
 );
 
 impl ResponseErrors for MetadataResponse {

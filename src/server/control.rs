@@ -20,7 +20,8 @@ use tracing::warn;
 use crate::config::LeaderRebalanceConfig;
 use crate::controller::{
     alter_topic_config, create_topics_in_zk, ConfigOp, ControllerEvent, ElectionResult,
-    ElectionType, KafkaController, NewTopic, TopicDefaults,
+    ElectionType, KafkaController, NewTopic, OngoingReassignment, ReassignmentRequest,
+    ReassignmentResult, TopicDefaults,
 };
 use crate::metadata::cache::MetadataCache;
 use crate::metadata::image::{kafka_uuid_string, LocalReplica, MetadataImage};
@@ -98,6 +99,18 @@ pub enum ControlRequest {
         election_type: ElectionType,
         partitions: Option<Vec<(String, i32)>>,
         reply: oneshot::Sender<Result<Vec<ElectionResult>, ApiError>>,
+    },
+    /// To the controller: new targets for partitions' replicas, None
+    /// cancelling (AlterPartitionReassignments).
+    AlterPartitionReassignments {
+        requests: Vec<ReassignmentRequest>,
+        reply: oneshot::Sender<Result<Vec<ReassignmentResult>, ApiError>>,
+    },
+    /// To the controller: the reassignments in progress among these
+    /// partitions (None: all).
+    ListPartitionReassignments {
+        partitions: Option<Vec<(String, i32)>>,
+        reply: oneshot::Sender<Result<Vec<OngoingReassignment>, ApiError>>,
     },
     /// To the controller: a broker is stopping (ControlledShutdown).
     ControlledShutdown {
@@ -347,6 +360,22 @@ impl ControlClient {
             reply,
         })
         .await?
+    }
+
+    pub async fn alter_partition_reassignments(
+        &self,
+        requests: Vec<ReassignmentRequest>,
+    ) -> Result<Vec<ReassignmentResult>, ApiError> {
+        self.ask(|reply| ControlRequest::AlterPartitionReassignments { requests, reply })
+            .await?
+    }
+
+    pub async fn list_partition_reassignments(
+        &self,
+        partitions: Option<Vec<(String, i32)>>,
+    ) -> Result<Vec<OngoingReassignment>, ApiError> {
+        self.ask(|reply| ControlRequest::ListPartitionReassignments { partitions, reply })
+            .await?
     }
 
     pub async fn allocate_producer_id(&self) -> Result<i64, ApiError> {
@@ -889,6 +918,17 @@ impl<Z: ZkClient> ControlPlane<Z> {
                     .as_ref()
                     .is_ok_and(|results| results.iter().any(|(_, r)| r.is_ok()));
                 (changed, Box::new(move || drop(reply.send(result))))
+            }
+            ControlRequest::AlterPartitionReassignments { requests, reply } => {
+                let result = self
+                    .controller
+                    .alter_partition_reassignments(requests)
+                    .await;
+                (result.is_ok(), Box::new(move || drop(reply.send(result))))
+            }
+            ControlRequest::ListPartitionReassignments { partitions, reply } => {
+                let result = self.controller.list_partition_reassignments(partitions);
+                (false, Box::new(move || drop(reply.send(result))))
             }
             ControlRequest::AllocateProducerId { reply } => {
                 let result = self.controller.allocate_producer_id().await;

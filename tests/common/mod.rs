@@ -3,6 +3,7 @@
 //! where a test must control every byte.
 #![allow(dead_code)]
 
+pub mod acked;
 pub mod cluster;
 
 use std::collections::BTreeSet;
