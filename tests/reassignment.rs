@@ -186,3 +186,215 @@ fn a_partition_moves_to_a_new_broker_while_producers_and_a_group_run() {
             .all(|i| replica_bytes(&brokers[*i], "moving", 0) == first)
     });
 }
+
+/// Writes `count` records of 1 KiB to each of `partitions` of `topic`.
+fn fill(bootstrap: &str, topic: &str, partitions: i32, count: usize) {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let producer: BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap)
+        .set("acks", "all")
+        .set("linger.ms", "5")
+        .create()
+        .unwrap();
+    let value = vec![b'x'; 1024];
+    for partition in 0..partitions {
+        for _ in 0..count {
+            let mut record = BaseRecord::<(), _>::to(topic)
+                .partition(partition)
+                .payload(&value);
+            loop {
+                match producer.send(record) {
+                    Ok(()) => break,
+                    Err((_, back)) => {
+                        record = back;
+                        producer.poll(Duration::from_millis(10));
+                    }
+                }
+            }
+        }
+    }
+    producer.flush(Duration::from_secs(60)).unwrap();
+}
+
+/// The size of a partition's log on a broker, all segments.
+fn log_bytes(broker: &common::Broker, topic: &str, partition: i32) -> u64 {
+    replica_bytes(broker, topic, partition).len() as u64
+}
+
+fn controller(zk: &ZooKeeper, chroot: &str) -> i32 {
+    zk.json(&format!("{chroot}/controller")).unwrap()["brokerid"]
+        .as_i64()
+        .unwrap() as i32
+}
+
+#[test]
+fn a_throttled_reassignment_can_be_cancelled_or_outlive_its_controller() {
+    const CHROOT: &str = "/throttled";
+    let zk = ZooKeeper::start();
+    let (mut brokers, all) = zk.start_brokers(CHROOT, 1..=3, &[]);
+    let (joined, joined_address) = zk.start_brokers(CHROOT, [4], &[]);
+    brokers.extend(joined);
+    let bootstrap = [all.clone(), joined_address].concat().join(",");
+    kafka_topics(
+        &all[0],
+        &[
+            "--create",
+            "--topic",
+            "slow",
+            "--replica-assignment",
+            "1:2:3,1:2:3",
+        ],
+    );
+    // 6 MiB a partition: at 20 kB/s that is minutes.
+    fill(&bootstrap, "slow", 2, 6_000);
+    zk.wait_for(Duration::from_secs(30), "full ISRs", |zk| {
+        (0..2).all(|p| zk.partition_state(CHROOT, "slow", p).1.len() == 3)
+    });
+    let both = r#"{"version":1,"partitions":[
+        {"topic":"slow","partition":0,"replicas":[1,2,4]},
+        {"topic":"slow","partition":1,"replicas":[4,2,3]}]}"#;
+    let (ok, printed) = reassign_partitions(
+        &all[0],
+        "--reassignment-json-file",
+        both,
+        &["--execute", "--throttle", "20000"],
+    );
+    assert!(ok, "{printed}");
+    assert!(
+        printed.contains("The inter-broker throttle limit was set to 20000 B/s"),
+        "{printed}"
+    );
+    let topic_config = zk.json(&format!("{CHROOT}/config/topics/slow")).unwrap();
+    assert_eq!(
+        topic_config["config"]["follower.replication.throttled.replicas"], "0:4,1:4",
+        "{topic_config}"
+    );
+    let broker_config = zk.json(&format!("{CHROOT}/config/brokers/4")).unwrap();
+    assert_eq!(
+        broker_config["config"]["follower.replication.throttled.rate"],
+        "20000"
+    );
+    // Held back: after 5 s broker 4 has at most the first fetch of each (1 MiB).
+    std::thread::sleep(Duration::from_secs(5));
+    let (ok, printed) = reassign_partitions(
+        &all[0],
+        "--reassignment-json-file",
+        both,
+        &["--verify", "--preserve-throttles"],
+    );
+    assert!(ok, "{printed}");
+    assert!(
+        printed.contains("Reassignment of partition slow-0 is still in progress"),
+        "{printed}"
+    );
+    assert!(
+        printed.contains("Reassignment of partition slow-1 is still in progress"),
+        "{printed}"
+    );
+    let leader_bytes = log_bytes(&brokers[1], "slow", 1);
+    for partition in 0..2 {
+        let copied = log_bytes(&brokers[3], "slow", partition);
+        assert!(
+            copied <= leader_bytes / 2,
+            "slow-{partition}: {copied} of {leader_bytes} bytes copied despite the throttle"
+        );
+    }
+    let znode = zk.json(&format!("{CHROOT}/brokers/topics/slow")).unwrap();
+    assert_eq!(
+        znode["adding_replicas"],
+        serde_json::json!({"0": [4], "1": [4]})
+    );
+    assert_eq!(
+        znode["removing_replicas"],
+        serde_json::json!({"0": [3], "1": [1]})
+    );
+
+    // Cancelled half way: slow-0 goes back to 1,2,3 and broker 4 drops it.
+    let first = moves("slow", 0, &[1, 2, 4]);
+    let (ok, printed) = reassign_partitions(
+        &all[0],
+        "--reassignment-json-file",
+        &first,
+        &["--cancel", "--preserve-throttles"],
+    );
+    assert!(ok, "{printed}");
+    assert!(
+        printed.contains("Successfully cancelled partition reassignment"),
+        "{printed}"
+    );
+    assert_eq!(zk.assignment(CHROOT, "slow")[0], [1, 2, 3]);
+    wait(Duration::from_secs(20), "broker 4 drops slow-0", || {
+        !brokers[3].data_dir().join("slow-0").exists()
+    });
+    assert_eq!(zk.partition_state(CHROOT, "slow", 0).1.len(), 3);
+
+    // The controller dies with slow-1 half way; the next one finishes it
+    // once the throttle is lifted.
+    let old_controller = controller(&zk, CHROOT);
+    assert_ne!(old_controller, 4, "broker 4 started last");
+    brokers[old_controller as usize - 1].kill();
+    zk.wait_for(Duration::from_secs(20), "a new controller", |zk| {
+        zk.json(&format!("{CHROOT}/controller"))
+            .is_some_and(|c| c["brokerid"].as_i64() != Some(old_controller as i64))
+    });
+    brokers[old_controller as usize - 1].restart();
+    let live = brokers[3].address();
+    for broker in 1..=4 {
+        common::kafka_tool(
+            "org.apache.kafka.tools.ConfigCommand",
+            &[
+                "--bootstrap-server",
+                &live,
+                "--entity-type",
+                "brokers",
+                "--entity-name",
+                &broker.to_string(),
+                "--alter",
+                "--delete-config",
+                "leader.replication.throttled.rate,follower.replication.throttled.rate",
+            ],
+            None,
+        );
+    }
+    wait(
+        Duration::from_secs(60),
+        "slow-1's reassignment completes",
+        || zk.assignment(CHROOT, "slow")[1] == [4, 2, 3],
+    );
+    let (ok, printed) = reassign_partitions(
+        &live,
+        "--reassignment-json-file",
+        &moves("slow", 1, &[4, 2, 3]),
+        &["--verify"],
+    );
+    assert!(ok, "{printed}");
+    assert!(
+        printed.contains("Reassignment of partition slow-1 is completed"),
+        "{printed}"
+    );
+    assert!(
+        printed.contains("Clearing topic-level throttles on topic slow"),
+        "{printed}"
+    );
+    let topic_config = zk.json(&format!("{CHROOT}/config/topics/slow")).unwrap();
+    assert!(
+        topic_config["config"]
+            .get("follower.replication.throttled.replicas")
+            .is_none(),
+        "{topic_config}"
+    );
+    wait(Duration::from_secs(20), "broker 1 drops slow-1", || {
+        !brokers[0].data_dir().join("slow-1").exists()
+    });
+    wait(
+        Duration::from_secs(20),
+        "identical replicas of slow-1",
+        || {
+            let first = replica_bytes(&brokers[3], "slow", 1);
+            first.len() as u64 == leader_bytes
+                && [1, 2]
+                    .iter()
+                    .all(|i| replica_bytes(&brokers[*i], "slow", 1) == first)
+        },
+    );
+}

@@ -2,6 +2,7 @@
 
 pub mod definitions;
 pub mod describe;
+pub mod dynamic;
 
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, ToSocketAddrs};

@@ -43,7 +43,9 @@ use self::replica_assignment::{
     BrokerMetadata,
 };
 pub use self::replica_election::ElectionResult;
-pub use self::topic_config::{alter_topic_config, stored_log_config, ConfigOp};
+pub use self::topic_config::{
+    alter_broker_config, alter_topic_config, stored_log_config, ConfigEntity, ConfigOp,
+};
 pub use self::topic_creation::create_topics_in_zk;
 use self::topic_creation::{plan_topic, write_topic};
 use crate::metadata::image::MetadataImage;

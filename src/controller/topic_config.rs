@@ -8,9 +8,19 @@ use shards::log::{LogConfig, TOPIC_CONFIG_NAMES};
 
 use super::replica_assignment::validate_topic_name;
 use crate::config::definitions::{kafka_config_defs, list_items, ConfigType};
+use crate::config::dynamic::check_dynamic_broker_config;
 use crate::metadata::kafka_zk_client::KafkaZkClient;
 use crate::metadata::zk_client::{ZkClient, ZkError};
+use crate::metadata::znodes::ConfigEntityZNode;
 use crate::protocol::{ApiError, ResponseError};
+
+/// A resource whose configs AlterConfigs changes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigEntity {
+    Topic(String),
+    /// A broker id, or `<default>` for every broker.
+    Broker(String),
+}
 
 /// How a config alteration applies (IncrementalAlterConfigs' operations).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,12 +34,12 @@ pub enum ConfigOp {
 }
 
 /// The overrides after `changes` (AlterConfigs replaces them all,
-/// IncrementalAlterConfigs applies each operation), each checked.
-pub fn altered_overrides(
+/// IncrementalAlterConfigs applies each operation); APPEND and SUBTRACT
+/// only on a topic's LIST configs.
+fn altered_overrides(
     current: BTreeMap<String, String>,
     changes: &[(String, ConfigOp, Option<String>)],
     replace_all: bool,
-    defaults: &LogConfig,
 ) -> Result<BTreeMap<String, String>, ApiError> {
     let mut overrides = if replace_all {
         BTreeMap::new()
@@ -50,7 +60,6 @@ pub fn altered_overrides(
             }
         }
     }
-    log_config_with(defaults, &overrides)?;
     Ok(overrides)
 }
 
@@ -60,8 +69,7 @@ const CONFIG_WRITE_ATTEMPTS: u32 = 5;
 
 /// Kafka's `AdminZkClient.changeTopicConfig`, which any broker runs for
 /// AlterConfigs and IncrementalAlterConfigs: the topic's overrides in
-/// `/config/topics/<t>` altered (compare-and-set on the version read), then a
-/// `/config/changes` notification so every broker reads them again.
+/// `/config/topics/<t>` altered and checked, then written.
 pub async fn alter_topic_config<Z: ZkClient>(
     zk: &KafkaZkClient<Z>,
     defaults: &LogConfig,
@@ -77,21 +85,60 @@ pub async fn alter_topic_config<Z: ZkClient>(
             format!("topic '{topic}' does not exist"),
         ));
     }
-    // Another broker's change between the read and the write: read again.
+    let alter = |current| {
+        let overrides = altered_overrides(current, changes, replace_all)?;
+        log_config_with(defaults, &overrides)?;
+        Ok(overrides)
+    };
+    change_entity_config(zk, ConfigEntityZNode::TOPICS, topic, alter, validate_only).await
+}
+
+/// Kafka's `AdminZkClient.changeBrokerConfig`: the dynamic configs of
+/// `broker` (an id, or `<default>` for every broker) altered, checked and
+/// written.
+pub async fn alter_broker_config<Z: ZkClient>(
+    zk: &KafkaZkClient<Z>,
+    broker: &str,
+    changes: &[(String, ConfigOp, Option<String>)],
+    replace_all: bool,
+    validate_only: bool,
+) -> Result<(), ApiError> {
+    let alter = |current| {
+        let overrides = altered_overrides(current, changes, replace_all)?;
+        check_dynamic_broker_config(&overrides)?;
+        Ok(overrides)
+    };
+    change_entity_config(zk, ConfigEntityZNode::BROKERS, broker, alter, validate_only).await
+}
+
+/// An entity's overrides in `/config/<type>/<name>` replaced by what
+/// `alter` makes of them (compare-and-set on the version read, read again
+/// when another broker wrote between), then a `/config/changes`
+/// notification so every broker reads them again.
+async fn change_entity_config<Z: ZkClient>(
+    zk: &KafkaZkClient<Z>,
+    entity_type: &str,
+    name: &str,
+    alter: impl Fn(BTreeMap<String, String>) -> Result<BTreeMap<String, String>, ApiError>,
+    validate_only: bool,
+) -> Result<(), ApiError> {
     let mut attempts_left = CONFIG_WRITE_ATTEMPTS;
     loop {
-        let (current, version) = zk.get_topic_config(topic).await?;
-        let overrides = altered_overrides(current, changes, replace_all, defaults)?;
+        let (current, version) = zk.get_entity_config(entity_type, name).await?;
+        let overrides = alter(current)?;
         if validate_only {
             return Ok(());
         }
         attempts_left -= 1;
-        match zk.set_topic_config(topic, &overrides, version).await {
+        match zk
+            .set_entity_config(entity_type, name, &overrides, version)
+            .await
+        {
             Err(ZkError::BadVersion(_) | ZkError::NodeExists(_)) if attempts_left > 0 => continue,
             written => break written?,
         }
     }
-    zk.create_config_change_notification(&format!("topics/{topic}"))
+    zk.create_config_change_notification(&format!("{entity_type}/{name}"))
         .await?;
     Ok(())
 }

@@ -1,4 +1,5 @@
-//! AlterConfigs (key 33) and IncrementalAlterConfigs (key 44) for topics.
+//! AlterConfigs (key 33) and IncrementalAlterConfigs (key 44) for topics and
+//! for brokers' dynamic configs (this broker's id, or empty for every broker).
 
 use kafka_protocol::messages::{
     alter_configs_response, incremental_alter_configs_response, AlterConfigsRequest,
@@ -6,8 +7,9 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use super::{RequestContext, RESOURCE_TYPE_TOPIC};
-use crate::controller::ConfigOp;
+use super::{RequestContext, RESOURCE_TYPE_BROKER, RESOURCE_TYPE_TOPIC};
+use crate::controller::{ConfigEntity, ConfigOp};
+use crate::metadata::znodes::ConfigEntityZNode;
 use crate::protocol::{ApiError, ResponseError};
 
 type Changes = Vec<(String, ConfigOp, Option<String>)>;
@@ -24,18 +26,15 @@ async fn alter_all(
 ) -> Vec<ResourceOutcome> {
     let mut outcomes = Vec::with_capacity(resources.len());
     for (resource_type, name, changes) in resources {
-        let result = match (resource_type, changes) {
-            (RESOURCE_TYPE_TOPIC, Ok(changes)) => {
+        let entity = config_entity(ctx, resource_type, &name);
+        let result = match (entity, changes) {
+            (Ok(entity), Ok(changes)) => {
                 ctx.broker
                     .control
-                    .alter_configs(name.to_string(), changes, replace_all, validate_only)
+                    .alter_configs(entity, changes, replace_all, validate_only)
                     .await
             }
-            (RESOURCE_TYPE_TOPIC, Err(error)) => Err(error),
-            _ => Err(ApiError::new(
-                ResponseError::InvalidRequest,
-                "only topic configs can be altered",
-            )),
+            (Err(error), _) | (_, Err(error)) => Err(error),
         };
         let (code, message) = match result {
             Ok(()) => (0, None),
@@ -44,6 +43,35 @@ async fn alter_all(
         outcomes.push((resource_type, name, code, message));
     }
     outcomes
+}
+
+/// The entity a resource names: a topic, this broker (by its id) or every
+/// broker (the empty name), as Kafka's ZooKeeper-mode broker accepts them.
+fn config_entity(
+    ctx: &RequestContext,
+    resource_type: i8,
+    name: &str,
+) -> Result<ConfigEntity, ApiError> {
+    let broker_id = ctx.broker.config.broker_id;
+    match resource_type {
+        RESOURCE_TYPE_TOPIC => Ok(ConfigEntity::Topic(name.to_owned())),
+        RESOURCE_TYPE_BROKER if name.is_empty() => Ok(ConfigEntity::Broker(
+            ConfigEntityZNode::DEFAULT_BROKER.to_owned(),
+        )),
+        RESOURCE_TYPE_BROKER if name.parse() == Ok(broker_id) => {
+            Ok(ConfigEntity::Broker(name.to_owned()))
+        }
+        RESOURCE_TYPE_BROKER => Err(ApiError::new(
+            ResponseError::InvalidRequest,
+            format!(
+                "Unexpected broker id, expected {broker_id} or empty string, but received {name}"
+            ),
+        )),
+        _ => Err(ApiError::new(
+            ResponseError::InvalidRequest,
+            "only topic and broker configs can be altered",
+        )),
+    }
 }
 
 /// Legacy AlterConfigs: the given set replaces every override of the topic.

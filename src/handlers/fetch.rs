@@ -15,10 +15,11 @@ use kafka_protocol::messages::fetch_response::{
 };
 use kafka_protocol::messages::{FetchRequest, FetchResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
-use shards::log::{TopicPartition, WatchedOffset};
+use shards::log::{wall_clock_ms, TopicPartition, WatchedOffset};
 
 use super::RequestContext;
 use crate::protocol::{ErrorCode, Records, ResponseError};
+use crate::replication::quota::{is_throttled, LEADER_REPLICATION_THROTTLED_REPLICAS};
 use crate::replication::{PartitionFetch, ReadResult};
 use crate::server::fetch_session::{next_epoch, CachedPartition, SessionKey};
 
@@ -154,6 +155,22 @@ pub async fn handle(
         WatchedOffset::HighWatermark
     };
     let deadline = Instant::now() + Duration::from_millis(request.max_wait_ms.max(0) as u64);
+    // A follower's partitions in `leader.replication.throttled.replicas`
+    // (Kafka's leader side of the replication quota).
+    let broker_id = ctx.broker.config.broker_id;
+    let throttled: Vec<bool> = targets
+        .iter()
+        .map(|((name, partition), _)| {
+            replica_id >= 0
+                && image.topic(name).is_some_and(|topic| {
+                    let list = topic
+                        .config_overrides
+                        .get(LEADER_REPLICATION_THROTTLED_REPLICAS);
+                    is_throttled(list.map(String::as_str), *partition, broker_id)
+                })
+        })
+        .collect();
+    let quota = &ctx.broker.replica_manager.quotas.leader;
     // The broker bounds what one response may hold (`fetch.max.bytes`).
     let max_bytes = (request.max_bytes.max(0) as usize).min(ctx.broker.config.fetch_max_bytes);
     let results = loop {
@@ -164,14 +181,33 @@ pub async fn handle(
         // answer from another shard then wakes a task that outlives it, never one
         // that finishes right after its wake (glommio's cross-thread wake can
         // race the teardown of such a task).
+        // Kafka's shouldLeaderThrottle: an out-of-sync follower of a
+        // throttled partition gets nothing while the leader quota is spent.
+        let now_ms = wall_clock_ms() as u64;
+        let held: Vec<bool> = targets
+            .iter()
+            .zip(&throttled)
+            .map(|(((name, partition), _), throttled)| {
+                *throttled
+                    && image
+                        .partition(name, *partition)
+                        .is_some_and(|p| !p.isr.contains(&replica_id))
+                    && quota.is_quota_exceeded(now_ms)
+            })
+            .collect();
         let limits: Vec<usize> = targets
             .iter()
-            .map(|(_, cached)| (cached.max_bytes.max(0) as usize).min(max_bytes))
+            .zip(&held)
+            .map(|((_, cached), held)| {
+                if *held {
+                    0
+                } else {
+                    (cached.max_bytes.max(0) as usize).min(max_bytes)
+                }
+            })
             .collect();
-        let reads = targets
-            .iter()
-            .zip(&limits)
-            .map(|(((name, partition), cached), limit)| {
+        let reads = targets.iter().zip(limits.iter().zip(&held)).map(
+            |(((name, partition), cached), (limit, held))| {
                 if name.is_empty() {
                     Either::Left(ready(ReadResult::error(ResponseError::UnknownTopicId)))
                 } else {
@@ -181,14 +217,15 @@ pub async fn handle(
                         PartitionFetch {
                             fetch_offset: cached.fetch_offset,
                             max_bytes: *limit,
-                            min_one_batch: true,
+                            min_one_batch: !held,
                             current_leader_epoch: cached.current_leader_epoch,
                             last_fetched_epoch: cached.last_fetched_epoch,
                             replica_id,
                         },
                     ))
                 }
-            });
+            },
+        );
         let mut budget = max_bytes;
         let mut total_bytes = 0usize;
         let mut any_error = false;
@@ -214,6 +251,13 @@ pub async fn handle(
             || any_diverging
             || targets.is_empty();
         if satisfied || Instant::now() >= deadline {
+            let throttled_bytes: usize = results
+                .iter()
+                .zip(&throttled)
+                .filter(|(_, throttled)| **throttled)
+                .map(|(result, _)| result.records.as_ref().map_or(0, Records::size_bytes))
+                .sum();
+            quota.record(throttled_bytes as u64, wall_clock_ms() as u64);
             break results;
         }
         // Too little: wait for an append to one of these partitions (or the

@@ -1,6 +1,7 @@
 //! The metadata image: an immutable, versioned view of the cluster that the
 //! control thread publishes to every shard. Shards read it, never the store.
 
+use crate::config::dynamic::ReplicationThrottles;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -83,6 +84,8 @@ pub struct MetadataImage {
     pub controller_id: i32,
     /// This broker's registration's czxid, for its requests to the controller.
     pub broker_epoch: i64,
+    /// This broker's replication rates (its dynamic configs).
+    pub replication_throttles: ReplicationThrottles,
     pub brokers: BTreeMap<i32, Broker>,
     pub topics: BTreeMap<String, Arc<TopicImage>>,
     pub topic_ids: HashMap<Uuid, String>,
@@ -107,6 +110,7 @@ impl MetadataImage {
             cluster_id: String::new(),
             controller_id: -1,
             broker_epoch: -1,
+            replication_throttles: ReplicationThrottles::default(),
             brokers: BTreeMap::new(),
             topics: BTreeMap::new(),
             topic_ids: HashMap::new(),

@@ -494,7 +494,18 @@ impl<Z: ZkClient> KafkaZkClient<Z> {
         &self,
         topic: &str,
     ) -> Result<(BTreeMap<String, String>, Option<i32>), KafkaZkError> {
-        let path = ConfigEntityZNode::topic_path(topic);
+        self.get_entity_config(ConfigEntityZNode::TOPICS, topic)
+            .await
+    }
+
+    /// An entity's config overrides (`/config/<type>/<name>`), with the
+    /// znode's version (None: no node).
+    pub async fn get_entity_config(
+        &self,
+        entity_type: &str,
+        name: &str,
+    ) -> Result<(BTreeMap<String, String>, Option<i32>), KafkaZkError> {
+        let path = ConfigEntityZNode::path(entity_type, name);
         match self.zk.get_data(&path).await {
             Ok((data, stat)) => Ok((ConfigEntityZNode::decode(&path, &data)?, Some(stat.version))),
             Err(ZkError::NoNode(_)) => Ok((BTreeMap::new(), None)),
@@ -502,15 +513,16 @@ impl<Z: ZkClient> KafkaZkClient<Z> {
         }
     }
 
-    /// Writes a topic's overrides: compare-and-set on `version`, created when
-    /// there is none.
-    pub async fn set_topic_config(
+    /// Writes an entity's overrides: compare-and-set on `version`, created
+    /// when there is none.
+    pub async fn set_entity_config(
         &self,
-        topic: &str,
+        entity_type: &str,
+        name: &str,
         config: &BTreeMap<String, String>,
         version: Option<i32>,
     ) -> Result<(), ZkError> {
-        let path = ConfigEntityZNode::topic_path(topic);
+        let path = ConfigEntityZNode::path(entity_type, name);
         let data = ConfigEntityZNode::encode(config);
         match version {
             Some(version) => self
@@ -526,8 +538,8 @@ impl<Z: ZkClient> KafkaZkClient<Z> {
         Ok(())
     }
 
-    /// Announces that `entity_path`'s config changed (`topics/<t>`), for
-    /// every broker's watch on `/config/changes`.
+    /// Announces that `entity_path`'s config changed (`topics/<t>`,
+    /// `brokers/<id>`), for every broker's watch on `/config/changes`.
     pub async fn create_config_change_notification(
         &self,
         entity_path: &str,

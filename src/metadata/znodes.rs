@@ -375,14 +375,31 @@ impl ConfigChangeZNode {
     pub fn topic(entity_path: &str) -> Option<&str> {
         entity_path.strip_prefix("topics/")
     }
+
+    /// The broker (an id, or `<default>`) a notification's entity path
+    /// names, if it is a broker's.
+    pub fn broker(entity_path: &str) -> Option<&str> {
+        entity_path.strip_prefix("brokers/")
+    }
 }
 
-/// `/config/topics/<t>`: a topic's config overrides, version 1.
+/// `/config/<type>/<name>`: an entity's config overrides, version 1: a
+/// topic's (`topics/<t>`), a broker's dynamic configs (`brokers/<id>`, and
+/// for every broker `brokers/<default>`).
 pub struct ConfigEntityZNode;
 
 impl ConfigEntityZNode {
+    pub const TOPICS: &'static str = "topics";
+    pub const BROKERS: &'static str = "brokers";
+    /// The broker entity whose configs every broker takes.
+    pub const DEFAULT_BROKER: &'static str = "<default>";
+
+    pub fn path(entity_type: &str, name: &str) -> String {
+        format!("/config/{entity_type}/{name}")
+    }
+
     pub fn topic_path(topic: &str) -> String {
-        format!("/config/topics/{topic}")
+        Self::path(Self::TOPICS, topic)
     }
 
     pub fn encode(config: &BTreeMap<String, String>) -> Vec<u8> {

@@ -11,6 +11,7 @@ mod alter_partition_manager;
 pub mod hosted_partitions;
 mod partition;
 pub mod partition_state;
+pub mod quota;
 mod replica_fetcher;
 mod replica_manager;
 

@@ -12,6 +12,7 @@
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_lite::future::or;
@@ -23,12 +24,13 @@ use kafka_protocol::messages::{
     TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
-use shards::log::TopicPartition;
+use shards::log::{wall_clock_ms, TopicPartition};
 use tracing::{debug, warn};
 use uuid::Uuid;
 
 use super::partition::Partition;
 use super::partition_state::follower_truncation_offset;
+use super::quota::ReplicationQuotas;
 use crate::config::ReplicationConfig;
 use crate::network::broker_connection::BrokerConnection;
 use crate::protocol::{call, ResponseError};
@@ -55,6 +57,8 @@ struct FetchState {
     leader_epoch: i32,
     /// Not fetched before this (the leader refused it, or it failed here).
     delayed_until: Option<Instant>,
+    /// In the topic's `follower.replication.throttled.replicas`.
+    throttled: bool,
 }
 
 /// A fetcher: the partitions this shard follows from one leader.
@@ -79,15 +83,17 @@ impl ReplicaFetcher {
 pub struct ReplicaFetcherManager {
     broker_id: i32,
     config: ReplicationConfig,
+    quotas: Arc<ReplicationQuotas>,
     broker_epoch: Cell<i64>,
     fetchers: RefCell<BTreeMap<(i32, u32), Rc<ReplicaFetcher>>>,
 }
 
 impl ReplicaFetcherManager {
-    pub fn new(broker_id: i32, config: ReplicationConfig) -> Self {
+    pub fn new(broker_id: i32, config: ReplicationConfig, quotas: Arc<ReplicationQuotas>) -> Self {
         Self {
             broker_id,
             config,
+            quotas,
             broker_epoch: Cell::new(-1),
             fetchers: RefCell::new(BTreeMap::new()),
         }
@@ -107,13 +113,14 @@ impl ReplicaFetcherManager {
     }
 
     /// Follows `partition` from `leader_id` at `address`, from its log end,
-    /// moving it from any other fetcher.
+    /// moving it from any other fetcher; `throttled` as `set_throttled`.
     pub fn add_partition(
         self: &Rc<Self>,
         partition: Rc<Partition>,
         topic_id: Uuid,
         leader_id: i32,
         address: String,
+        throttled: bool,
     ) {
         let tp = partition.topic_partition().clone();
         self.remove_partition(&tp);
@@ -144,9 +151,20 @@ impl ReplicaFetcherManager {
                 topic_id,
                 leader_epoch,
                 delayed_until: None,
+                throttled,
             },
         );
         fetcher.changed.signal(1);
+    }
+
+    /// Whether `tp`'s fetching is held to `follower.replication.throttled.rate`
+    /// while it is out of the ISR.
+    pub fn set_throttled(&self, tp: &TopicPartition, throttled: bool) {
+        for fetcher in self.fetchers.borrow().values() {
+            if let Some(state) = fetcher.partitions.borrow_mut().get_mut(tp) {
+                state.throttled = throttled;
+            }
+        }
     }
 
     /// Whether `tp` is fetched from `leader_id`.
@@ -273,8 +291,21 @@ impl ReplicaFetcherManager {
     ) -> Option<(FetchRequest, SentPartitions)> {
         let mut topics: Vec<FetchTopic> = Vec::new();
         let mut sent = SentPartitions::new();
+        let now_ms = wall_clock_ms() as u64;
         for (tp, state) in fetcher.partitions.borrow_mut().iter_mut() {
             if state.delayed_until.is_some_and(|until| until > now) {
+                continue;
+            }
+            // Kafka's shouldFollowerThrottle: an out-of-sync throttled
+            // replica waits while the follower quota is spent.
+            if state.throttled
+                && !state
+                    .partition
+                    .leader_and_isr()
+                    .isr
+                    .contains(&self.broker_id)
+                && self.quotas.follower.is_quota_exceeded(now_ms)
+            {
                 continue;
             }
             state.delayed_until = None;
@@ -337,7 +368,15 @@ impl ReplicaFetcherManager {
                 };
                 // Moved to another fetcher, or told of a newer leader, meanwhile.
                 let partition = match fetcher.partitions.borrow().get(tp) {
-                    Some(state) if state.leader_epoch == *leader_epoch => state.partition.clone(),
+                    Some(state) if state.leader_epoch == *leader_epoch => {
+                        if state.throttled {
+                            let bytes = data.records.as_ref().map_or(0, |r| r.len());
+                            self.quotas
+                                .follower
+                                .record(bytes as u64, wall_clock_ms() as u64);
+                        }
+                        state.partition.clone()
+                    }
                     _ => continue,
                 };
                 let outcome = match ResponseError::try_from_code(data.error_code) {

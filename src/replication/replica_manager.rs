@@ -4,6 +4,7 @@
 //! found too little (Kafka's fetch purgatory). Requests for a partition on
 //! another shard reach it over the mesh; this is the shard-local half.
 
+use super::quota::{is_throttled, ReplicationQuotas, FOLLOWER_REPLICATION_THROTTLED_REPLICAS};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -33,6 +34,8 @@ pub struct ReplicaManager {
     log_manager: Rc<LogManager>,
     /// The followers on this shard fetching from their leaders.
     fetchers: Rc<ReplicaFetcherManager>,
+    /// The broker's replication quotas, shared by its shards.
+    pub quotas: Arc<ReplicationQuotas>,
     /// ZooKeeper mode: ISR changes to the controller.
     alter_partition_manager: Option<Rc<AlterPartitionManager>>,
     isr_changes: Rc<IsrChangeCounts>,
@@ -96,6 +99,7 @@ impl ReplicaManager {
         config: Arc<BrokerConfig>,
         log_manager: Rc<LogManager>,
         image: Arc<MetadataImage>,
+        quotas: Arc<ReplicationQuotas>,
     ) -> Self {
         let alter_partition_manager = config.zookeeper.is_some().then(|| {
             Rc::new(AlterPartitionManager::new(
@@ -110,7 +114,9 @@ impl ReplicaManager {
             fetchers: Rc::new(ReplicaFetcherManager::new(
                 config.broker_id,
                 config.replication,
+                quotas.clone(),
             )),
+            quotas,
             alter_partition_manager,
             isr_changes: Rc::default(),
             config,
@@ -159,6 +165,13 @@ impl ReplicaManager {
     /// place is a deleted topic's).
     pub async fn apply_image(&self, image: &Arc<MetadataImage>) {
         self.fetchers.set_broker_epoch(image.broker_epoch);
+        let throttles = image.replication_throttles;
+        self.quotas
+            .leader
+            .set_bound(throttles.leader_bytes_per_second);
+        self.quotas
+            .follower
+            .set_bound(throttles.follower_bytes_per_second);
         if let Some(manager) = &self.alter_partition_manager {
             manager.set_image(image.clone());
         }
@@ -211,6 +224,17 @@ impl ReplicaManager {
             let state = &replica.state.leader_and_isr;
             let transition = partition.make_leader_or_follower(state).await;
             let follows = state.leader >= 0 && state.leader != self.config.broker_id;
+            let throttled = image.topic(topic).is_some_and(|t| {
+                let list = t
+                    .config_overrides
+                    .get(FOLLOWER_REPLICATION_THROTTLED_REPLICAS);
+                is_throttled(
+                    list.map(String::as_str),
+                    tp.partition,
+                    self.config.broker_id,
+                )
+            });
+            self.fetchers.set_throttled(tp, throttled);
             if !follows {
                 if transition != Transition::Stale {
                     self.fetchers.remove_partition(tp);
@@ -233,6 +257,7 @@ impl ReplicaManager {
                     replica.state.topic_id,
                     state.leader,
                     address,
+                    throttled,
                 ),
                 None => self.fetchers.remove_partition(tp),
             }

@@ -23,6 +23,7 @@ use crate::coordinator::group::{partition_for, GroupCoordinator, GROUP_METADATA_
 use crate::metadata::image::MetadataImage;
 use crate::metrics::{ControllerGauges, LogGauges, MetricsSnapshot, ShardMetrics};
 use crate::protocol::ResponseError;
+use crate::replication::quota::ReplicationQuotas;
 use crate::replication::{
     AppendError, AppendResult, OffsetAndEpoch, Partition, PartitionFetch, ReadResult,
     ReplicaManager,
@@ -51,6 +52,7 @@ impl ShardBroker {
         log_manager: Rc<LogManager>,
         control: ControlClient,
         image: Arc<MetadataImage>,
+        quotas: Arc<ReplicationQuotas>,
     ) -> Self {
         // The broker's slots shared among shards; ids interleave so they never clash.
         let fetch_sessions = FetchSessionCache::new(
@@ -64,6 +66,7 @@ impl ShardBroker {
             config.clone(),
             log_manager.clone(),
             image.clone(),
+            quotas,
         ));
         let groups = GroupCoordinator::new(config.group.clone(), replica_manager.clone());
         Self {

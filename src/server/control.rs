@@ -17,11 +17,12 @@ use shards::log::TopicPartition;
 use shards::runtime::ShardPlacement;
 use tracing::warn;
 
+use crate::config::dynamic::ReplicationThrottles;
 use crate::config::LeaderRebalanceConfig;
 use crate::controller::{
-    alter_topic_config, create_topics_in_zk, ConfigOp, ControllerEvent, ElectionResult,
-    ElectionType, KafkaController, NewTopic, OngoingReassignment, ReassignmentRequest,
-    ReassignmentResult, TopicDefaults,
+    alter_broker_config, alter_topic_config, create_topics_in_zk, ConfigEntity, ConfigOp,
+    ControllerEvent, ElectionResult, ElectionType, KafkaController, NewTopic, OngoingReassignment,
+    ReassignmentRequest, ReassignmentResult, TopicDefaults,
 };
 use crate::metadata::cache::MetadataCache;
 use crate::metadata::image::{kafka_uuid_string, LocalReplica, MetadataImage};
@@ -30,8 +31,8 @@ use crate::metadata::store::EmbeddedStore;
 use crate::metadata::topic_configs::TopicConfigs;
 use crate::metadata::zk_client::{EventType, ZkClient, ZkEvent, ZkEventReceiver};
 use crate::metadata::znodes::{
-    BrokerIdZNode, BrokerIdsZNode, ConfigChangeZNode, ControllerZNode, DeleteTopicsZNode,
-    TopicsZNode,
+    BrokerIdZNode, BrokerIdsZNode, ConfigChangeZNode, ConfigEntityZNode, ControllerZNode,
+    DeleteTopicsZNode, TopicsZNode,
 };
 use crate::metadata::zookeeper::{ZooKeeperClient, ZooKeeperConfig};
 use crate::protocol::inter_broker::{
@@ -72,7 +73,7 @@ pub enum ControlRequest {
         reply: oneshot::Sender<Result<(), ApiError>>,
     },
     AlterConfigs {
-        topic: String,
+        entity: ConfigEntity,
         changes: Vec<(String, ConfigOp, Option<String>)>,
         replace_all: bool,
         validate_only: bool,
@@ -385,13 +386,13 @@ impl ControlClient {
 
     pub async fn alter_configs(
         &self,
-        topic: String,
+        entity: ConfigEntity,
         changes: Vec<(String, ConfigOp, Option<String>)>,
         replace_all: bool,
         validate_only: bool,
     ) -> Result<(), ApiError> {
         self.ask(|reply| ControlRequest::AlterConfigs {
-            topic,
+            entity,
             changes,
             replace_all,
             validate_only,
@@ -525,6 +526,8 @@ pub struct ControlPlane<Z> {
     broker_id: i32,
     image_version: u64,
     leader_rebalance: LeaderRebalanceConfig,
+    /// The dynamic broker configs' replication rates, for the images.
+    replication_throttles: ReplicationThrottles,
     /// Whether an auto leader rebalance check is due (a timer runs).
     leader_rebalance_scheduled: bool,
     /// The newest `/config/changes` notification processed (Kafka's
@@ -572,8 +575,9 @@ impl<Z: ZkClient> ControlPlane<Z> {
         };
         controller.elect().await?;
         let config_changes_seen = newest_config_change(&zk.get_config_changes(true).await?);
-        Ok(Self {
+        let mut plane = Self {
             leader_rebalance,
+            replication_throttles: ReplicationThrottles::default(),
             leader_rebalance_scheduled: false,
             config_changes_seen,
             zk,
@@ -589,7 +593,9 @@ impl<Z: ZkClient> ControlPlane<Z> {
             placement,
             broker_id,
             image_version: 0,
-        })
+        };
+        plane.load_dynamic_broker_configs().await;
+        Ok(plane)
     }
 
     /// The image shards start with: the controller's, or on another broker
@@ -650,6 +656,7 @@ impl<Z: ZkClient> ControlPlane<Z> {
             }
         };
         image.broker_epoch = self.broker_epoch;
+        image.replication_throttles = self.replication_throttles;
         let partitions: Vec<TopicPartition> = replicas.iter().map(|(tp, ..)| tp.clone()).collect();
         let shards = match self.placement.assign_all(&partitions) {
             Ok(shards) => shards,
@@ -830,25 +837,36 @@ impl<Z: ZkClient> ControlPlane<Z> {
                 (changed, Box::new(move || drop(reply.send(result))))
             }
             ControlRequest::AlterConfigs {
-                topic,
+                entity,
                 changes,
                 replace_all,
                 validate_only,
                 reply,
             } => {
-                let result = alter_topic_config(
-                    &self.zk,
-                    self.controller.log_defaults(),
-                    &topic,
-                    &changes,
-                    replace_all,
-                    validate_only,
-                )
-                .await;
+                let result = match &entity {
+                    ConfigEntity::Topic(topic) => {
+                        alter_topic_config(
+                            &self.zk,
+                            self.controller.log_defaults(),
+                            topic,
+                            &changes,
+                            replace_all,
+                            validate_only,
+                        )
+                        .await
+                    }
+                    ConfigEntity::Broker(broker) => {
+                        alter_broker_config(&self.zk, broker, &changes, replace_all, validate_only)
+                            .await
+                    }
+                };
                 // This broker serves the change at once; the others on the notification.
                 let changed = !validate_only && result.is_ok();
                 if changed {
-                    self.on_topic_config_change(&topic).await;
+                    match &entity {
+                        ConfigEntity::Topic(topic) => self.on_topic_config_change(topic).await,
+                        ConfigEntity::Broker(_) => self.load_dynamic_broker_configs().await,
+                    }
                 }
                 (changed, Box::new(move || drop(reply.send(result))))
             }
@@ -1186,12 +1204,42 @@ impl<Z: ZkClient> ControlPlane<Z> {
                         self.on_topic_config_change(topic).await;
                         changed = true;
                     }
+                    let own = self.broker_id.to_string();
+                    let broker = ConfigChangeZNode::broker(&entity_path);
+                    if broker.is_some_and(|b| b == own || b == ConfigEntityZNode::DEFAULT_BROKER) {
+                        self.load_dynamic_broker_configs().await;
+                        changed = true;
+                    }
                 }
                 Err(error) => warn!(child, %error, "cannot read a config change notification"),
             }
             self.config_changes_seen = Some(sequence);
         }
         changed
+    }
+
+    /// This broker's dynamic configs (its own, then `<default>`'s), read
+    /// again; the next image carries the throttles.
+    async fn load_dynamic_broker_configs(&mut self) {
+        let brokers = ConfigEntityZNode::BROKERS;
+        let own = self.broker_id.to_string();
+        let read = async {
+            let (defaults, _) = self
+                .zk
+                .get_entity_config(brokers, ConfigEntityZNode::DEFAULT_BROKER)
+                .await?;
+            let (own, _) = self.zk.get_entity_config(brokers, &own).await?;
+            Ok::<_, KafkaZkError>(ReplicationThrottles::of(&defaults, &own))
+        };
+        match read.await {
+            Ok(throttles) => {
+                if throttles != self.replication_throttles {
+                    tracing::info!(?throttles, "replication throttles");
+                }
+                self.replication_throttles = throttles;
+            }
+            Err(error) => warn!(%error, "cannot read the dynamic broker configs"),
+        }
     }
 
     /// A topic's config changed: the controller's context and this broker's

@@ -6,6 +6,7 @@ mod controlled_shutdown;
 pub mod fetch_session;
 mod producer_id_manager;
 
+use crate::replication::quota::ReplicationQuotas;
 use std::net::SocketAddr;
 use std::os::fd::{FromRawFd, IntoRawFd};
 use std::rc::Rc;
@@ -175,6 +176,7 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
     let shard_stop = stop.clone();
     let shard_shutdown = (shutdown_requested.clone(), shutdown_done_tx);
     let loaded = Arc::new(std::sync::Barrier::new(nr_shards));
+    let quotas = Arc::new(ReplicationQuotas::default());
     let shards =
         spawn_shards::<ShardBroker, _, _, ()>(&runtime, move |start: ShardStart<ShardBroker>| {
             let shutdown_requested = shard_shutdown.0.clone();
@@ -190,7 +192,7 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
             let ends = shard_ends.lock().unwrap()[start.shard_id]
                 .take()
                 .expect("one set of control ends per shard");
-            let (sockets, listeners) = (sockets.clone(), listeners.clone());
+            let (sockets, listeners, quotas) = (sockets.clone(), listeners.clone(), quotas.clone());
             async move {
                 let log_manager = LogManager::new(start.shard_id, dirs, config.log_manager.clone());
                 let image_receiver = glommio::spawn_local(ends.images.connect());
@@ -201,6 +203,7 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
                     log_manager.clone(),
                     control,
                     image.clone(),
+                    quotas,
                 ));
                 broker.set_mesh(
                     start
