@@ -1,7 +1,9 @@
-//! Leadership across three real brokers and a real ZooKeeper, driven by
-//! Kafka's own tools: the controller moves leadership back to preferred
-//! replicas by itself (auto leader rebalance), and `kafka-leader-election`
-//! runs preferred and unclean elections on demand.
+//! Leadership and placement across three real brokers and a real
+//! ZooKeeper, driven by Kafka's own tools: the controller moves leadership
+//! back to preferred replicas by itself (auto leader rebalance),
+//! `kafka-leader-election` runs preferred and unclean elections on demand,
+//! replicas are spread over racks, and a consumer reads from a follower in
+//! its rack (KIP-392).
 
 mod common;
 
@@ -218,4 +220,136 @@ fn kafka_leader_election_runs_preferred_and_unclean_elections() {
         printed.contains("Valid replica already elected"),
         "{printed}"
     );
+}
+
+/// Every partition of `topic` has a replica on broker 3 (rack b) and one on
+/// broker 1 or 2 (rack a).
+fn spans_both_racks(assignment: &[Vec<i32>]) -> bool {
+    assignment
+        .iter()
+        .all(|replicas| replicas.contains(&3) && replicas.iter().any(|id| [1, 2].contains(id)))
+}
+
+#[test]
+fn replicas_span_racks_and_a_consumer_reads_from_its_own_rack() {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+
+    const CHROOT: &str = "/racks";
+    let zk = ZooKeeper::start();
+    let selector =
+        "replica.selector.class=org.apache.kafka.common.replica.RackAwareReplicaSelector";
+    let metrics_port = common::free_port();
+    let metrics = format!("ringbroker.metrics.port={metrics_port}");
+    let brokers: Vec<common::Broker> = [("a", None), ("a", None), ("b", Some(metrics.as_str()))]
+        .iter()
+        .zip(1..)
+        .map(|((rack, metrics), id)| {
+            let rack = format!("broker.rack={rack}");
+            let mut extra = vec![rack.as_str(), selector];
+            extra.extend(*metrics);
+            zk.start_broker(CHROOT, id, &extra)
+        })
+        .collect();
+    let all: Vec<String> = brokers.iter().map(common::Broker::address).collect();
+    wait(Duration::from_secs(20), "three brokers registered", || {
+        zk.children(&format!("{CHROOT}/brokers/ids")).len() == 3
+    });
+
+    // Created, grown, and as kafka-reassign-partitions --generate proposes.
+    let layout = ["--partitions", "6", "--replication-factor", "2"];
+    create_topic(&all[0], "racked", &layout);
+    assert!(spans_both_racks(&zk.assignment(CHROOT, "racked")));
+    kafka_topics(
+        &all[0],
+        &["--alter", "--topic", "racked", "--partitions", "9"],
+    );
+    let grown = zk.assignment(CHROOT, "racked");
+    assert_eq!(grown.len(), 9);
+    assert!(spans_both_racks(&grown), "{grown:?}");
+    let topics = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        topics.path(),
+        r#"{"version":1,"topics":[{"topic":"racked"}]}"#,
+    )
+    .unwrap();
+    let generated = common::kafka_tool(
+        "org.apache.kafka.tools.reassign.ReassignPartitionsCommand",
+        &[
+            "--bootstrap-server",
+            &all[0],
+            "--topics-to-move-json-file",
+            topics.path().to_str().unwrap(),
+            "--broker-list",
+            "1,2,3",
+            "--generate",
+        ],
+        None,
+    );
+    let proposed = generated
+        .split("Proposed partition reassignment configuration")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{generated}"));
+    let proposed: serde_json::Value = serde_json::from_str(proposed.trim()).unwrap();
+    let proposed: Vec<Vec<i32>> = proposed["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            let replicas = p["replicas"].as_array().unwrap();
+            replicas
+                .iter()
+                .map(|id| id.as_i64().unwrap() as i32)
+                .collect()
+        })
+        .collect();
+    assert_eq!(proposed.len(), 9);
+    assert!(spans_both_racks(&proposed), "{proposed:?}");
+
+    // Led in rack a, followed in rack b: a consumer in rack b reads from 3.
+    create_topic(&all[0], "near", &["--replica-assignment", "1:3"]);
+    zk.wait_for(Duration::from_secs(20), "near's full ISR", |zk| {
+        zk.partition_state(CHROOT, "near", 0) == (1, vec![1, 3])
+    });
+    let producer: BaseProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &all[0])
+        .set("acks", "all")
+        .create()
+        .unwrap();
+    for index in 0..100 {
+        let value = index.to_string();
+        producer
+            .send(BaseRecord::<(), _>::to("near").payload(&value))
+            .unwrap();
+    }
+    producer.flush(Duration::from_secs(30)).unwrap();
+    let bytes_out = || {
+        let (_, body) = common::http_get(metrics_port, "/metrics");
+        body.lines()
+            .find_map(|line| {
+                let value = line.strip_prefix(
+                    "kafka_server_brokertopicmetrics_bytesout_total{topic=\"near\"} ",
+                )?;
+                value.parse::<u64>().ok()
+            })
+            .unwrap_or(0)
+    };
+    assert_eq!(bytes_out(), 0, "broker 3 only follows near");
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &all[0])
+        .set("group.id", "rack-b-readers")
+        .set("client.rack", "b")
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .unwrap();
+    consumer.subscribe(&["near"]).unwrap();
+    let mut read = 0;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while read < 100 && std::time::Instant::now() < deadline {
+        if let Some(Ok(_)) = consumer.poll(Duration::from_millis(100)) {
+            read += 1;
+        }
+    }
+    assert_eq!(read, 100);
+    assert!(bytes_out() > 0, "the rack-b follower served the consumer");
 }

@@ -60,6 +60,7 @@ const BROKER_KEYS: &[&str] = &[
     "zookeeper.connection.timeout.ms",
     "zookeeper.max.in.flight.requests",
     "broker.rack",
+    "replica.selector.class",
     "controlled.shutdown.enable",
     "auto.leader.rebalance.enable",
     "leader.imbalance.per.broker.percentage",
@@ -113,6 +114,9 @@ pub struct BrokerConfig {
     pub broker_id: i32,
     /// `broker.rack`
     pub rack: Option<String>,
+    /// `replica.selector.class` is Kafka's `RackAwareReplicaSelector`: a
+    /// leader sends consumers to an in-sync follower in their rack (KIP-392).
+    pub rack_aware_replica_selector: bool,
     /// `zookeeper.*`: None runs one broker on the embedded store.
     pub zookeeper: Option<ZooKeeperConfig>,
     /// Every listener of `listeners`, in its order.
@@ -444,6 +448,7 @@ impl BrokerConfig {
                 .map(str::trim)
                 .filter(|rack| !rack.is_empty())
                 .map(str::to_owned),
+            rack_aware_replica_selector: replica_selector(get("replica.selector.class"))?,
             zookeeper: zookeeper(&get)?,
             listeners,
             inter_broker_listener_name,
@@ -561,6 +566,19 @@ fn log_defaults(properties: &BTreeMap<String, String>) -> Result<LogConfig, Conf
 /// 0.2 s, and a broker with both cores saturated keeps its session
 /// (tests/zookeeper_session.rs).
 pub const DEFAULT_ZOOKEEPER_SESSION_TIMEOUT_MS: u64 = 2_000;
+
+/// `replica.selector.class`: Kafka's two selectors by their class names;
+/// whether it is the rack-aware one.
+fn replica_selector(class: Option<&str>) -> Result<bool, ConfigError> {
+    match class.map(str::trim).unwrap_or("") {
+        "" | "org.apache.kafka.common.replica.LeaderSelector" => Ok(false),
+        "org.apache.kafka.common.replica.RackAwareReplicaSelector" => Ok(true),
+        other => Err(ConfigError(format!(
+            "invalid value {other:?} for replica.selector.class: ringbroker has Kafka's \
+             org.apache.kafka.common.replica.RackAwareReplicaSelector and LeaderSelector"
+        ))),
+    }
+}
 
 /// `broker.id`, or KRaft's `node.id` (the two must agree when both are set).
 /// `zookeeper.*` with Kafka's defaults; None without `zookeeper.connect`.

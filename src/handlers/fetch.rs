@@ -13,7 +13,7 @@ use futures_util::future::{join_all, Either};
 use kafka_protocol::messages::fetch_response::{
     EpochEndOffset, FetchableTopicResponse, PartitionData,
 };
-use kafka_protocol::messages::{FetchRequest, FetchResponse, TopicName};
+use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use shards::log::{wall_clock_ms, TopicPartition, WatchedOffset};
 
@@ -171,6 +171,34 @@ pub async fn handle(
         })
         .collect();
     let quota = &ctx.broker.replica_manager.quotas.leader;
+    // KIP-392: a consumer that says where it is (v11+) may read from a
+    // follower; one that names its rack is sent by the leader to an in-sync
+    // follower there when `replica.selector.class` is rack-aware.
+    let from_any_replica = replica_id < 0 && version >= 11;
+    let client_rack = request.rack_id.as_str();
+    let candidates: Vec<Vec<i32>> = targets
+        .iter()
+        .map(|((name, partition), _)| {
+            if !from_any_replica
+                || client_rack.is_empty()
+                || !ctx.broker.config.rack_aware_replica_selector
+            {
+                return Vec::new();
+            }
+            let in_rack = |id: &i32| {
+                image.brokers.get(id).and_then(|b| b.rack.as_deref()) == Some(client_rack)
+            };
+            match image.partition(name, *partition) {
+                Some(p) if p.leader == broker_id && !in_rack(&broker_id) => p
+                    .isr
+                    .iter()
+                    .copied()
+                    .filter(|id| *id != broker_id && in_rack(id))
+                    .collect(),
+                _ => Vec::new(),
+            }
+        })
+        .collect();
     // The broker bounds what one response may hold (`fetch.max.bytes`).
     let max_bytes = (request.max_bytes.max(0) as usize).min(ctx.broker.config.fetch_max_bytes);
     let results = loop {
@@ -206,26 +234,31 @@ pub async fn handle(
                 }
             })
             .collect();
-        let reads = targets.iter().zip(limits.iter().zip(&held)).map(
-            |(((name, partition), cached), (limit, held))| {
-                if name.is_empty() {
-                    Either::Left(ready(ReadResult::error(ResponseError::UnknownTopicId)))
-                } else {
-                    Either::Right(ctx.broker.read(
-                        name,
-                        *partition,
-                        PartitionFetch {
-                            fetch_offset: cached.fetch_offset,
-                            max_bytes: *limit,
-                            min_one_batch: !held,
-                            current_leader_epoch: cached.current_leader_epoch,
-                            last_fetched_epoch: cached.last_fetched_epoch,
-                            replica_id,
-                        },
-                    ))
-                }
-            },
-        );
+        let reads = targets
+            .iter()
+            .zip(limits.iter().zip(&held).zip(&candidates))
+            .map(
+                |(((name, partition), cached), ((limit, held), candidates))| {
+                    if name.is_empty() {
+                        Either::Left(ready(ReadResult::error(ResponseError::UnknownTopicId)))
+                    } else {
+                        Either::Right(ctx.broker.read(
+                            name,
+                            *partition,
+                            PartitionFetch {
+                                fetch_offset: cached.fetch_offset,
+                                max_bytes: *limit,
+                                min_one_batch: !held,
+                                current_leader_epoch: cached.current_leader_epoch,
+                                last_fetched_epoch: cached.last_fetched_epoch,
+                                replica_id,
+                                from_any_replica,
+                                preferred_read_candidates: candidates.clone(),
+                            },
+                        ))
+                    }
+                },
+            );
         let mut budget = max_bytes;
         let mut total_bytes = 0usize;
         let mut any_error = false;
@@ -335,6 +368,9 @@ pub async fn handle(
             .with_last_stable_offset(result.last_stable_offset)
             .with_log_start_offset(result.log_start_offset)
             .with_records(None);
+        if version >= 11 {
+            data = data.with_preferred_read_replica(BrokerId(result.preferred_read_replica));
+        }
         if let Some((epoch, end_offset)) = result.diverging_epoch {
             data = data.with_diverging_epoch(
                 EpochEndOffset::default()

@@ -45,7 +45,7 @@ pub struct IsrChangeCounts {
 }
 
 /// What a fetch asks of one partition, as its request says it.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct PartitionFetch {
     pub fetch_offset: i64,
     pub max_bytes: usize,
@@ -56,6 +56,12 @@ pub struct PartitionFetch {
     pub last_fetched_epoch: i32,
     /// The fetching follower's broker id; -1 for a consumer.
     pub replica_id: i32,
+    /// A consumer that says where it is (Fetch v11+) may read from a
+    /// follower, up to the follower's high watermark (KIP-392).
+    pub from_any_replica: bool,
+    /// The followers this leader may send the consumer to read from (in
+    /// its rack, per `replica.selector.class`); none keeps it here.
+    pub preferred_read_candidates: Vec<i32>,
 }
 
 /// One partition's produce outcome.
@@ -94,6 +100,8 @@ pub struct ReadResult {
     pub last_stable_offset: i64,
     pub log_start_offset: i64,
     pub records: Option<Records>,
+    /// The follower a consumer should read from instead (-1: none).
+    pub preferred_read_replica: i32,
 }
 
 impl ReadResult {
@@ -106,6 +114,7 @@ impl ReadResult {
             last_stable_offset: -1,
             log_start_offset: -1,
             records: None,
+            preferred_read_replica: -1,
         }
     }
 }
@@ -365,6 +374,17 @@ impl Partition {
         } else {
             WatchedOffset::HighWatermark
         };
+        if !request.preferred_read_candidates.is_empty() && self.is_leader() {
+            let preferred = self
+                .state
+                .borrow()
+                .preferred_read_replica(&request.preferred_read_candidates, request.fetch_offset);
+            if let Some(replica) = preferred {
+                let mut result = self.empty_result(isolation);
+                result.preferred_read_replica = replica;
+                return result;
+            }
+        }
         if is_follower && request.last_fetched_epoch >= 0 {
             match self.log.end_offset_for_epoch(request.last_fetched_epoch) {
                 Some((epoch, end_offset))
@@ -439,6 +459,7 @@ impl Partition {
             last_stable_offset: high_watermark,
             log_start_offset: self.log.log_start_offset(),
             records: None,
+            preferred_read_replica: -1,
         }
     }
 

@@ -189,6 +189,22 @@ impl PartitionState {
         transition
     }
 
+    /// Kafka's RackAwareReplicaSelector over the leader's view: among
+    /// `candidates` (followers in the consumer's rack), one in the ISR that
+    /// has `fetch_offset`, the furthest along first, then the most recently
+    /// caught up; None leaves the consumer with the leader.
+    pub fn preferred_read_replica(&self, candidates: &[i32], fetch_offset: i64) -> Option<i32> {
+        self.followers
+            .iter()
+            .filter(|(id, follower)| {
+                candidates.contains(id)
+                    && self.committed.isr.contains(id)
+                    && follower.log_end_offset >= fetch_offset
+            })
+            .max_by_key(|(id, f)| (f.log_end_offset, f.last_caught_up_time_ms, -**id))
+            .map(|(id, _)| *id)
+    }
+
     /// Kafka's `updateFollowerFetchState`: a follower fetching from
     /// `fetch_offset` has everything before it.
     pub fn update_follower_fetch_state(

@@ -360,3 +360,21 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_consumer_is_sent_to_an_in_sync_follower_of_its_rack_that_has_its_offset() {
+    let mut partition = leader_of_three(10);
+    partition.update_follower_fetch_state(2, 10, 10, 1).unwrap();
+    partition.update_follower_fetch_state(3, 8, 10, 1).unwrap();
+    assert_eq!(partition.preferred_read_replica(&[2, 3], 8), Some(2));
+    assert_eq!(partition.preferred_read_replica(&[3], 8), Some(3));
+    // Not there yet: the leader keeps the consumer.
+    assert_eq!(partition.preferred_read_replica(&[3], 9), None);
+    assert_eq!(partition.preferred_read_replica(&[], 0), None);
+    // Out of the ISR: never chosen.
+    partition.become_leader_or_follower(&state(1, 6, &[1, 3]), 10, 2);
+    partition.update_follower_fetch_state(2, 10, 10, 3).unwrap();
+    partition.update_follower_fetch_state(3, 10, 10, 3).unwrap();
+    assert_eq!(partition.preferred_read_replica(&[2, 3], 10), Some(3));
+    assert_eq!(partition.preferred_read_replica(&[2], 10), None);
+}

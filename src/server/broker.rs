@@ -243,12 +243,19 @@ impl ShardBroker {
             .map_err(|_| ResponseError::NotCoordinator)
     }
 
-    /// The shard holding a partition this broker leads, or Kafka's error for
-    /// why there is none.
-    pub fn leader_shard(&self, topic: &str, partition: i32) -> Result<usize, ResponseError> {
+    /// The shard holding this broker's replica of a partition (led here,
+    /// with `leader_only`), or Kafka's error for why there is none.
+    fn replica_shard(
+        &self,
+        topic: &str,
+        partition: i32,
+        leader_only: bool,
+    ) -> Result<usize, ResponseError> {
         let image = self.image.borrow();
         match image.local_replica(topic, partition) {
-            Some(replica) if replica.state.leader_and_isr.leader == self.config.broker_id => {
+            Some(replica)
+                if !leader_only || replica.state.leader_and_isr.leader == self.config.broker_id =>
+            {
                 Ok(replica.shard)
             }
             Some(_) => Err(ResponseError::NotLeaderOrFollower),
@@ -317,7 +324,8 @@ impl ShardBroker {
         partition: i32,
         request: PartitionFetch,
     ) -> ReadResult {
-        self.on_leader_partition(topic, partition, move |partition| async move {
+        let leader_only = !request.from_any_replica;
+        self.on_partition(topic, partition, leader_only, move |partition| async move {
             Ok(partition.fetch(request).await)
         })
         .await
@@ -349,7 +357,8 @@ impl ShardBroker {
     ) {
         let mut by_shard: BTreeMap<usize, Vec<(TopicPartition, i64)>> = BTreeMap::new();
         for (tp, high_watermark) in seen {
-            if let Ok(shard) = self.leader_shard(&tp.topic, tp.partition) {
+            // A consumer may be parked on a follower (KIP-392).
+            if let Ok(shard) = self.replica_shard(&tp.topic, tp.partition, false) {
                 by_shard
                     .entry(shard)
                     .or_default()
@@ -439,11 +448,34 @@ impl ShardBroker {
         F: FnOnce(Rc<Partition>) -> Fut + Send + 'static,
         Fut: Future<Output = Result<T, ResponseError>> + 'static,
     {
-        let shard = self.leader_shard(topic, partition)?;
+        self.on_partition(topic, partition, true, work).await
+    }
+
+    /// Runs `work` on the shard of this broker's replica of a partition
+    /// (which it must lead, with `leader_only`).
+    async fn on_partition<T, F, Fut>(
+        self: &Rc<Self>,
+        topic: &str,
+        partition: i32,
+        leader_only: bool,
+        work: F,
+    ) -> Result<T, ResponseError>
+    where
+        T: Send + 'static,
+        F: FnOnce(Rc<Partition>) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, ResponseError>> + 'static,
+    {
+        let shard = self.replica_shard(topic, partition, leader_only)?;
         let tp = TopicPartition::new(topic, partition);
         self.mesh()
             .invoke_on(shard, self, move |broker: Rc<ShardBroker>| async move {
-                work(broker.replica_manager.leader_partition(&tp)?).await
+                let replicas = &broker.replica_manager;
+                let partition = if leader_only {
+                    replicas.leader_partition(&tp)?
+                } else {
+                    replicas.online_partition(&tp)?
+                };
+                work(partition).await
             })
             .await
             .unwrap_or(Err(ResponseError::NotLeaderOrFollower))
