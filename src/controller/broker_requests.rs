@@ -38,7 +38,13 @@ fn topic_state(
             let offline: Vec<i32> = replicas
                 .iter()
                 .copied()
-                .filter(|id| !context.live_brokers.contains_key(id))
+                .filter(|id| {
+                    !context.live_brokers.contains_key(id)
+                        || context
+                            .replicas_on_offline_dirs
+                            .get(id)
+                            .is_some_and(|dirs| dirs.contains(&(name.to_owned(), partition as i32)))
+                })
                 .collect();
             let (leader, leader_epoch, isr, controller_epoch, zk_version) = match state {
                 Some((state, version)) => (

@@ -57,6 +57,12 @@ pub enum ControllerEvent {
         broker: i32,
         answers: Vec<(TopicPartition, i16)>,
     },
+    /// The partitions a LeaderAndIsr found in an offline log dir
+    /// (KAFKA_STORAGE_ERROR).
+    ReplicasOnOfflineDirs {
+        broker: i32,
+        partitions: Vec<TopicPartition>,
+    },
 }
 
 #[derive(Default)]
@@ -312,6 +318,13 @@ async fn send_loop(
                         let error = ResponseError::try_from_code(response.error_code);
                         warn!(broker, ?error, "LeaderAndIsr refused");
                     }
+                    let partitions = storage_errors(&request, &response);
+                    if !partitions.is_empty() {
+                        let event = ControllerEvent::ReplicasOnOfflineDirs { broker, partitions };
+                        if events.send(event).await.is_err() {
+                            return;
+                        }
+                    }
                 }
                 Some(Outgoing::Ordered(BrokerRequest::StopReplica(request))) => {
                     let response: StopReplicaResponse =
@@ -350,6 +363,36 @@ async fn send_loop(
 }
 
 /// Each partition's answer; a request-wide error counts for every one.
+/// The partitions a LeaderAndIsr answer puts in an offline log dir; v5+
+/// names them by topic id, earlier versions by name.
+fn storage_errors(
+    request: &LeaderAndIsrRequest,
+    response: &LeaderAndIsrResponse,
+) -> Vec<TopicPartition> {
+    let storage_error = ResponseError::KafkaStorageError.code();
+    let by_name = response
+        .partition_errors
+        .iter()
+        .map(|p| (p.topic_name.to_string(), p.partition_index, p.error_code));
+    let by_id = response.topics.iter().flat_map(|topic| {
+        let name = request
+            .topic_states
+            .iter()
+            .find(|t| t.topic_id == topic.topic_id)
+            .map(|t| t.topic_name.to_string())
+            .unwrap_or_default();
+        topic
+            .partition_errors
+            .iter()
+            .map(move |p| (name.clone(), p.partition_index, p.error_code))
+    });
+    by_name
+        .chain(by_id)
+        .filter(|(name, _, code)| *code == storage_error && !name.is_empty())
+        .map(|(name, partition, _)| TopicPartition::new(name, partition))
+        .collect()
+}
+
 fn stop_replica_answers(
     request: &StopReplicaRequest,
     response: &StopReplicaResponse,

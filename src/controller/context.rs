@@ -70,6 +70,9 @@ pub struct ControllerContext {
     /// Live brokers stopping (ControlledShutdown): they lead nothing and
     /// join no ISR.
     pub shutting_down_broker_ids: BTreeSet<i32>,
+    /// Replicas (topic, partition) in a log dir that failed, by broker: they
+    /// lead nothing and join no ISR until the broker registers again.
+    pub replicas_on_offline_dirs: BTreeMap<i32, BTreeSet<(String, i32)>>,
 }
 
 impl ControllerContext {
@@ -81,6 +84,7 @@ impl ControllerContext {
             topics: BTreeMap::new(),
             topics_being_deleted: BTreeMap::new(),
             shutting_down_broker_ids: BTreeSet::new(),
+            replicas_on_offline_dirs: BTreeMap::new(),
         }
     }
 
@@ -89,11 +93,27 @@ impl ControllerContext {
         self.live_brokers.contains_key(&id) && !self.shutting_down_broker_ids.contains(&id)
     }
 
+    /// Kafka's `isReplicaOnline`: the broker is eligible and the replica
+    /// is not in a log dir that failed there.
+    pub fn is_replica_online(&self, id: i32, topic: &str, partition: usize) -> bool {
+        self.is_eligible(id)
+            && !self
+                .replicas_on_offline_dirs
+                .get(&id)
+                .is_some_and(|offline| offline.contains(&(topic.to_owned(), partition as i32)))
+    }
+
     /// The partitions of topics not being deleted whose state `rule` (given
-    /// the topic, the replicas and the state) changes.
+    /// the topic's name, partition and context, the replicas and the state)
+    /// changes.
     pub fn partition_changes(
         &self,
-        rule: impl Fn(&TopicContext, &[i32], &TopicPartitionStateZNode) -> Option<LeaderChange>,
+        rule: impl Fn(
+            (&str, usize),
+            &TopicContext,
+            &[i32],
+            &TopicPartitionStateZNode,
+        ) -> Option<LeaderChange>,
     ) -> Vec<(String, usize, LeaderChange)> {
         let mut changes = Vec::new();
         for (name, topic) in &self.topics {
@@ -104,7 +124,7 @@ impl ControllerContext {
                 let Some(Some((state, _))) = topic.states.get(partition) else {
                     continue;
                 };
-                if let Some(change) = rule(topic, replicas, state) {
+                if let Some(change) = rule((name, partition), topic, replicas, state) {
                     changes.push((name.clone(), partition, change));
                 }
             }
@@ -117,17 +137,22 @@ impl ControllerContext {
     }
 
     /// The registered brokers with their epochs, as read from `/brokers/ids`;
-    /// a stopping broker that is gone (or registered again) stops stopping.
+    /// a stopping broker that is gone (or registered again) stops stopping,
+    /// and its failed log dirs are forgotten.
     pub fn set_live_brokers(&mut self, brokers: Vec<(BrokerIdZNode, i64)>) {
         let before = std::mem::take(&mut self.live_brokers);
         self.live_brokers = brokers
             .into_iter()
             .map(|(info, epoch)| (info.broker.id, LiveBroker { info, epoch }))
             .collect();
-        self.shutting_down_broker_ids.retain(|id| {
+        let same_registration = |id: &i32| {
             let (was, is) = (before.get(id), self.live_brokers.get(id));
             is.is_some_and(|is| was.is_some_and(|was| was.epoch == is.epoch))
-        });
+        };
+        self.shutting_down_broker_ids.retain(same_registration);
+        // A broker that registers again reports its failed dirs afresh.
+        self.replicas_on_offline_dirs
+            .retain(|id, _| same_registration(id));
     }
 
     pub fn live_broker_ids(&self) -> Vec<i32> {

@@ -15,6 +15,7 @@ mod broker_requests;
 mod channel_manager;
 mod context;
 mod election;
+mod log_dir_events;
 mod reassignment;
 mod replica_assignment;
 mod replica_election;
@@ -210,6 +211,7 @@ impl<Z: ZkClient> KafkaController<Z> {
         let mut context = ControllerContext::new(epoch, self.cluster_id.clone());
         self.load_context(&mut context).await?;
         self.context = Some(context);
+        self.clear_log_dir_events().await?;
         // Topics another broker created while no broker was controller.
         self.create_missing_partition_states().await?;
         // Brokers may have come or gone while no broker was controller.
@@ -343,7 +345,7 @@ impl<Z: ZkClient> KafkaController<Z> {
     /// LeaderAndIsr for every replica `brokers` hold and StopReplica for
     /// those of topics being deleted: for brokers that join, or whose queue
     /// overflowed (emptied, so this fits).
-    fn send_whole_state(&self, brokers: &[i32]) {
+    pub(super) fn send_whole_state(&self, brokers: &[i32]) {
         if brokers.is_empty() {
             return;
         }
@@ -359,12 +361,12 @@ impl<Z: ZkClient> KafkaController<Z> {
     /// Every partition a broker's coming or going changes: dead replicas out
     /// of the ISR, leaders elected from it (`election.rs`), each state znode
     /// written fenced and with its version, all issued together.
-    async fn elect_after_broker_change(&mut self) -> Result<(), KafkaZkError> {
+    pub(super) async fn elect_after_broker_change(&mut self) -> Result<(), KafkaZkError> {
         let context = self.context_mut();
-        let eligible = |id| context.is_eligible(id);
-        let changes = context.partition_changes(|topic, replicas, state| {
+        let changes = context.partition_changes(|(name, partition), topic, replicas, state| {
             let allow_unclean = topic.log_config.unclean_leader_election_enable;
-            election::after_broker_change(replicas, state, eligible, allow_unclean)
+            let online = |id| context.is_replica_online(id, name, partition);
+            election::after_broker_change(replicas, state, online, allow_unclean)
         });
         self.write_partition_states(changes).await.map(drop)
     }
@@ -477,7 +479,7 @@ impl<Z: ZkClient> KafkaController<Z> {
         context.shutting_down_broker_ids.insert(broker);
         info!(broker, "controlled shutdown");
         let eligible = |id| context.is_eligible(id);
-        let changes = context.partition_changes(|_, replicas, state| {
+        let changes = context.partition_changes(|_, _, replicas, state| {
             if replicas.len() < 2 || !replicas.contains(&broker) {
                 return None;
             }

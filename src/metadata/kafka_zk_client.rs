@@ -12,7 +12,8 @@ use super::zk_client::{CreateMode, MultiError, Op, OpResult, ZkClient, ZkError};
 use super::znodes::{
     BrokerIdZNode, BrokerIdsZNode, ClusterIdZNode, ConfigChangeZNode, ConfigEntityZNode,
     ControllerEpochZNode, ControllerZNode, DecodeError, DeleteTopicsZNode, FeatureZNode,
-    ProducerIdBlockZNode, TopicPartitionStateZNode, TopicZNode, TopicsZNode, PERSISTENT_ZK_PATHS,
+    LogDirEventNotificationZNode, ProducerIdBlockZNode, TopicPartitionStateZNode, TopicZNode,
+    TopicsZNode, PERSISTENT_ZK_PATHS,
 };
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -596,6 +597,46 @@ impl<Z: ZkClient> KafkaZkClient<Z> {
         } else {
             self.zk.get_children(DeleteTopicsZNode::PATH).await
         }
+    }
+
+    /// Kafka's `propagateLogDirEvent`: tells the controller one of this
+    /// broker's log dirs failed.
+    pub async fn propagate_log_dir_event(&self, broker: i32) -> Result<(), ZkError> {
+        self.create_recursive(
+            &LogDirEventNotificationZNode::path_prefix(),
+            &LogDirEventNotificationZNode::encode(broker),
+            CreateMode::PersistentSequential,
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// The log dir event notifications, watched: the next one is an event.
+    pub async fn get_log_dir_events_and_watch(&self) -> Result<Vec<String>, ZkError> {
+        self.zk
+            .get_children_and_watch(LogDirEventNotificationZNode::PATH)
+            .await
+    }
+
+    /// The broker a notification names, and the notification deleted
+    /// (fenced): the controller processes each once.
+    pub async fn take_log_dir_event(
+        &self,
+        epoch: ControllerEpoch,
+        child: &str,
+    ) -> Result<i32, KafkaZkError> {
+        let path = LogDirEventNotificationZNode::child_path(child);
+        let (data, _) = self.zk.get_data(&path).await?;
+        let broker = LogDirEventNotificationZNode::decode(&data)?;
+        self.fenced(
+            epoch,
+            Op::Delete {
+                path,
+                version: None,
+            },
+        )
+        .await?;
+        Ok(broker)
     }
 
     /// Removes a deleted topic's znodes (its assignment and partition states,

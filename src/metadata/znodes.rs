@@ -421,6 +421,41 @@ impl ConfigEntityZNode {
     }
 }
 
+/// `/log_dir_event_notification/log_dir_event_<seq>`: a broker's log dir
+/// failed (Kafka's LogDirEventNotificationSequenceZNode), version 1 with
+/// event 1 (LogDirFailure). The controller deletes each once processed.
+pub struct LogDirEventNotificationZNode;
+
+impl LogDirEventNotificationZNode {
+    pub const PATH: &'static str = "/log_dir_event_notification";
+    pub const PREFIX: &'static str = "log_dir_event_";
+    const LOG_DIR_FAILURE: i64 = 1;
+
+    /// The path a sequential create appends the sequence number to.
+    pub fn path_prefix() -> String {
+        format!("{}/{}", Self::PATH, Self::PREFIX)
+    }
+
+    pub fn child_path(child: &str) -> String {
+        format!("{}/{child}", Self::PATH)
+    }
+
+    pub fn encode(broker: i32) -> Vec<u8> {
+        json!({"version": 1, "broker": broker, "event": Self::LOG_DIR_FAILURE})
+            .to_string()
+            .into_bytes()
+    }
+
+    /// The broker whose log dir failed.
+    pub fn decode(data: &[u8]) -> Result<i32, DecodeError> {
+        let path = Self::PATH;
+        json_of(path, data)?["broker"]
+            .as_i64()
+            .map(|id| id as i32)
+            .ok_or_else(|| missing(path, "broker"))
+    }
+}
+
 /// `/admin/delete_topics`: one empty child per topic to delete.
 pub struct DeleteTopicsZNode;
 
@@ -589,6 +624,11 @@ mod tests {
 
     #[test]
     fn topic_is_kafka_3_9_version_3() {
+        let event = br#"{"version":1,"broker":3,"event":1}"#;
+        assert_eq!(LogDirEventNotificationZNode::decode(event).unwrap(), 3);
+        let written: Value =
+            serde_json::from_slice(&LogDirEventNotificationZNode::encode(3)).unwrap();
+        assert_eq!(written, serde_json::from_slice::<Value>(event).unwrap());
         let kafka = br#"{"partitions":{"0":[1],"1":[1],"2":[1]},"topic_id":"B7qH_Eh3QTukeMy-Tj_zjQ","adding_replicas":{},"removing_replicas":{},"version":3}"#;
         let topic = TopicZNode::decode("t", kafka).unwrap();
         assert_eq!(topic.partitions, vec![vec![1], vec![1], vec![1]]);

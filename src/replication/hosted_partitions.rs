@@ -108,6 +108,24 @@ impl HostedPartitions {
         Ok(answers)
     }
 
+    /// Stops hosting the partitions `offline` names (their log dir failed);
+    /// returns them.
+    pub fn remove_offline(
+        &mut self,
+        offline: impl Fn(&TopicPartition) -> bool,
+    ) -> Vec<TopicPartition> {
+        let gone: Vec<TopicPartition> = self
+            .partitions
+            .keys()
+            .filter(|tp| offline(tp))
+            .cloned()
+            .collect();
+        for tp in &gone {
+            self.partitions.remove(tp);
+        }
+        gone
+    }
+
     /// StopReplica: each partition whose leader epoch is the deletion
     /// sentinel, none, or at least the held one stops being hosted
     /// (FENCED_LEADER_EPOCH otherwise). Returns the answers and the

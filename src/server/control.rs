@@ -13,7 +13,7 @@ use glommio::channels::shared_channel::{
     self, ConnectedReceiver, ConnectedSender, SharedReceiver, SharedSender,
 };
 use kafka_protocol::messages::{AlterPartitionRequest, AlterPartitionResponse};
-use shards::log::TopicPartition;
+use shards::log::{LogDirs, TopicPartition};
 use shards::runtime::ShardPlacement;
 use tracing::warn;
 
@@ -32,7 +32,7 @@ use crate::metadata::topic_configs::TopicConfigs;
 use crate::metadata::zk_client::{EventType, ZkClient, ZkEvent, ZkEventReceiver};
 use crate::metadata::znodes::{
     BrokerIdZNode, BrokerIdsZNode, ConfigChangeZNode, ConfigEntityZNode, ControllerZNode,
-    DeleteTopicsZNode, TopicsZNode,
+    DeleteTopicsZNode, LogDirEventNotificationZNode, TopicsZNode,
 };
 use crate::metadata::zookeeper::{ZooKeeperClient, ZooKeeperConfig};
 use crate::protocol::inter_broker::{
@@ -402,6 +402,12 @@ impl ControlClient {
     }
 }
 
+/// Where this broker's replicas live: their shards and their log dirs.
+pub struct LocalStorage {
+    pub placement: Arc<ShardPlacement>,
+    pub dirs: Arc<LogDirs>,
+}
+
 /// Starts the control plane of a single broker on the embedded store under
 /// `metadata_dir`; the only broker always wins the election.
 pub async fn start_embedded(
@@ -409,7 +415,7 @@ pub async fn start_embedded(
     registration: BrokerIdZNode,
     defaults: TopicDefaults,
     leader_rebalance: LeaderRebalanceConfig,
-    placement: Arc<ShardPlacement>,
+    storage: LocalStorage,
 ) -> Result<(ControlPlane<EmbeddedStore>, ZkEventReceiver), KafkaZkError> {
     let (store, zk_events) = EmbeddedStore::open(metadata_dir)?;
     let plane = ControlPlane::start(
@@ -418,7 +424,7 @@ pub async fn start_embedded(
         registration,
         defaults,
         leader_rebalance,
-        placement,
+        storage,
     )
     .await?;
     assert!(
@@ -437,7 +443,7 @@ pub async fn start_zookeeper(
     registration: BrokerIdZNode,
     defaults: TopicDefaults,
     leader_rebalance: LeaderRebalanceConfig,
-    placement: Arc<ShardPlacement>,
+    storage: LocalStorage,
 ) -> Result<(ControlPlane<Rc<ZooKeeperClient>>, ZkEventReceiver), KafkaZkError> {
     let (client, zk_events) = ZooKeeperClient::connect(config.clone()).await?;
     let plane = ControlPlane::start(
@@ -446,7 +452,7 @@ pub async fn start_zookeeper(
         registration,
         defaults,
         leader_rebalance,
-        placement,
+        storage,
     )
     .await?;
     Ok((plane, zk_events))
@@ -474,6 +480,8 @@ enum ControlEvent {
     CreationExpired(u64),
     /// Time for the controller's auto leader rebalance check.
     AutoLeaderRebalance,
+    /// One of this broker's log dirs went offline.
+    LogDirFailed(std::path::PathBuf),
 }
 
 /// Kafka's first auto leader rebalance check after a failover.
@@ -523,6 +531,8 @@ pub struct ControlPlane<Z> {
     /// This broker's registration's czxid.
     broker_epoch: i64,
     placement: Arc<ShardPlacement>,
+    /// This broker's log dirs: which are offline, and what lives in each.
+    dirs: Arc<LogDirs>,
     broker_id: i32,
     image_version: u64,
     leader_rebalance: LeaderRebalanceConfig,
@@ -548,7 +558,7 @@ impl<Z: ZkClient> ControlPlane<Z> {
         registration: BrokerIdZNode,
         defaults: TopicDefaults,
         leader_rebalance: LeaderRebalanceConfig,
-        placement: Arc<ShardPlacement>,
+        storage: LocalStorage,
     ) -> Result<Self, KafkaZkError> {
         let zk = Rc::new(KafkaZkClient::new(zk));
         zk.create_top_level_paths().await?;
@@ -590,7 +600,8 @@ impl<Z: ZkClient> ControlPlane<Z> {
             next_creation_id: 0,
             events: std::rc::Weak::new(),
             broker_epoch,
-            placement,
+            placement: storage.placement,
+            dirs: storage.dirs,
             broker_id,
             image_version: 0,
         };
@@ -705,6 +716,7 @@ impl<Z: ZkClient> ControlPlane<Z> {
             }));
         }
         let controller_events = self.controller_events.take().expect("run once");
+        let mut failed_dirs = self.dirs.take_failures().expect("run once");
         let watches = glommio::spawn_local({
             let merged_tx = merged_tx.clone();
             async move {
@@ -726,7 +738,19 @@ impl<Z: ZkClient> ControlPlane<Z> {
                         }
                     }
                 };
-                futures_lite::future::zip(zk, answers).await;
+                let failures = async {
+                    use futures_lite::StreamExt;
+                    while let Some(dir) = failed_dirs.next().await {
+                        if merged_tx
+                            .send(ControlEvent::LogDirFailed(dir))
+                            .await
+                            .is_err()
+                        {
+                            break;
+                        }
+                    }
+                };
+                futures_lite::future::zip(futures_lite::future::zip(zk, answers), failures).await;
             }
         });
         drop(merged_tx);
@@ -760,6 +784,22 @@ impl<Z: ZkClient> ControlPlane<Z> {
                 }
                 ControlEvent::AutoLeaderRebalance => {
                     (self.on_auto_leader_rebalance().await, Box::new(|| ()) as _)
+                }
+                ControlEvent::LogDirFailed(dir) => {
+                    (self.on_log_dir_failure(&dir).await, Box::new(|| ()) as _)
+                }
+                ControlEvent::Controller(ControllerEvent::ReplicasOnOfflineDirs {
+                    broker,
+                    partitions,
+                }) => {
+                    let handled = self
+                        .controller
+                        .on_replicas_on_offline_dirs(broker, partitions)
+                        .await;
+                    if let Err(error) = handled {
+                        tracing::error!(%error, "cannot take replicas on an offline log dir offline");
+                    }
+                    (self.told.is_none(), Box::new(|| ()) as _)
                 }
             };
             // A controller (just elected, or re-elected) checks the balance
@@ -983,6 +1023,24 @@ impl<Z: ZkClient> ControlPlane<Z> {
         .detach();
     }
 
+    /// Kafka's `handleLogDirFailure`: the replicas in `dir` stop being
+    /// hosted here (the next image stops their fetchers and leaders; the
+    /// logs stay on disk) and the controller is told, to move their
+    /// leaderships. A single broker keeps them, answering KAFKA_STORAGE_ERROR.
+    /// Returns whether the image changed.
+    async fn on_log_dir_failure(&mut self, dir: &Path) -> bool {
+        let Some(told) = self.told.as_mut() else {
+            return false;
+        };
+        let dirs = &self.dirs;
+        let stopped = told.hosted.remove_offline(|tp| dirs.is_offline(tp));
+        tracing::error!(dir = %dir.display(), replicas = ?stopped, "log dir offline: its replicas stop here");
+        if let Err(error) = self.zk.propagate_log_dir_event(self.broker_id).await {
+            tracing::error!(%error, "cannot tell the controller of the failed log dir");
+        }
+        true
+    }
+
     /// Arms the auto leader rebalance timer, unless it is off or armed.
     fn schedule_auto_leader_rebalance(&mut self, delay: std::time::Duration) {
         if !self.leader_rebalance.enable || self.leader_rebalance_scheduled {
@@ -1074,6 +1132,7 @@ impl<Z: ZkClient> ControlPlane<Z> {
         request: &LeaderAndIsrRequest,
     ) -> Result<PartitionErrors, ResponseError> {
         let (broker_id, broker_epoch) = (self.broker_id, self.broker_epoch);
+        let dirs = self.dirs.clone();
         let told = self.told_by_controller()?;
         // v0-1 list partitions ungrouped; v2+ by topic, with topic ids from v5.
         let grouped = request.topic_states.iter().flat_map(|topic| {
@@ -1086,7 +1145,8 @@ impl<Z: ZkClient> ControlPlane<Z> {
             .ungrouped_partition_states
             .iter()
             .map(|state| (state.topic_name.to_string(), Uuid::nil(), state));
-        let states = grouped
+        // A replica in a failed log dir is not hosted: KAFKA_STORAGE_ERROR.
+        let (offline, states): (Vec<_>, Vec<_>) = grouped
             .chain(ungrouped)
             .map(|(topic, topic_id, state)| {
                 let replica = ReplicaState {
@@ -1102,14 +1162,19 @@ impl<Z: ZkClient> ControlPlane<Z> {
                 };
                 (TopicPartition::new(topic, state.partition_index), replica)
             })
-            .collect();
-        let answers = told.hosted.become_leader_or_follower(
+            .partition(|(tp, _)| dirs.is_offline(tp));
+        let mut answers = told.hosted.become_leader_or_follower(
             broker_id,
             request.controller_epoch,
             request.broker_epoch,
             broker_epoch,
             states,
         )?;
+        answers.extend(
+            offline
+                .into_iter()
+                .map(|(tp, _)| (tp, Err(ResponseError::KafkaStorageError))),
+        );
         self.load_topic_configs().await;
         Ok(answers)
     }
@@ -1269,6 +1334,12 @@ impl<Z: ZkClient> ControlPlane<Z> {
             (TopicsZNode::PATH, EventType::NodeChildrenChanged) => {
                 if let Err(error) = self.controller.on_topic_change().await {
                     tracing::error!(%error, "cannot read the topics");
+                }
+                self.told.is_none()
+            }
+            (LogDirEventNotificationZNode::PATH, EventType::NodeChildrenChanged) => {
+                if let Err(error) = self.controller.on_log_dir_event().await {
+                    tracing::error!(%error, "cannot read the log dir events");
                 }
                 self.told.is_none()
             }

@@ -114,6 +114,10 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
     let (metadata_dir, zookeeper) = (config.log_dirs[0].clone(), config.zookeeper.clone());
     let inter_broker_listener = config.inter_broker_listener_name.clone();
     let leader_rebalance = config.leader_rebalance;
+    let storage = control::LocalStorage {
+        placement,
+        dirs: dirs.clone(),
+    };
     let control = LocalExecutorBuilder::new(Placement::Unbound)
         .name("control")
         .io_memory(CONTROL_IO_MEMORY_BYTES)
@@ -125,7 +129,7 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
                         registration,
                         defaults,
                         leader_rebalance,
-                        placement,
+                        storage,
                     )
                     .await;
                     run_control_plane(started, started_tx, control_ends).await
@@ -139,7 +143,7 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
                         registration,
                         defaults,
                         leader_rebalance,
-                        placement,
+                        storage,
                     )
                     .await;
                     run_control_plane(started, started_tx, control_ends).await

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use futures_channel::mpsc;
 use tracing::{error, warn};
 
 use super::checkpoint::{read_checkpoint_file, write_checkpoint_file};
@@ -37,15 +38,22 @@ struct LogDirHealthInner {
     offline: AtomicBool,
     /// Why the directory went offline, set once with `offline`.
     reason: OnceLock<String>,
+    /// Kafka's LogDirFailureChannel: told once, when the directory goes offline.
+    failures: Option<mpsc::Sender<PathBuf>>,
 }
 
 impl LogDirHealth {
     pub fn new(path: &Path) -> Self {
+        Self::reporting_to(path, None)
+    }
+
+    fn reporting_to(path: &Path, failures: Option<mpsc::Sender<PathBuf>>) -> Self {
         Self {
             inner: Arc::new(LogDirHealthInner {
                 path: path.to_owned(),
                 offline: AtomicBool::new(false),
                 reason: OnceLock::new(),
+                failures,
             }),
         }
     }
@@ -74,6 +82,13 @@ impl LogDirHealth {
             let _ = self.inner.reason.set(reason.clone());
             if !self.inner.offline.swap(true, Ordering::AcqRel) {
                 error!(dir = %self.path().display(), %error, "log directory failed; taking it offline");
+                if let Some(failures) = &self.inner.failures {
+                    // One message per directory: the channel holds them all.
+                    failures
+                        .clone()
+                        .try_send(self.path().to_owned())
+                        .expect("room for every directory's failure");
+                }
             }
         }
         error
@@ -105,6 +120,8 @@ pub struct LogDir {
 pub struct LogDirs {
     dirs: Vec<LogDir>,
     state: Mutex<Vec<DirState>>,
+    /// The directories that went offline, in order, until taken.
+    failures: Mutex<Option<mpsc::Receiver<PathBuf>>>,
 }
 
 /// Why the broker cannot start on its `log.dirs`.
@@ -159,8 +176,9 @@ impl LogDirs {
         }
         let mut dirs = Vec::new();
         let mut states = Vec::new();
+        let (failures, failed) = mpsc::channel(paths.len());
         for (path, lock) in paths.iter().zip(locks) {
-            let health = LogDirHealth::new(path);
+            let health = LogDirHealth::reporting_to(path, Some(failures.clone()));
             match lock.and_then(|lock| Ok((lock, Self::open_dir(path)?))) {
                 Ok((lock, (had_clean_shutdown, state))) => {
                     dirs.push(LogDir {
@@ -195,7 +213,23 @@ impl LogDirs {
         Ok(Arc::new(Self {
             dirs,
             state: Mutex::new(states),
+            failures: Mutex::new(Some(failed)),
         }))
+    }
+
+    /// Every directory that goes offline (those that started offline
+    /// first), for the one that handles it (Kafka's LogDirFailureHandler).
+    pub fn take_failures(&self) -> Option<mpsc::Receiver<PathBuf>> {
+        self.failures
+            .lock()
+            .expect("no panics under the lock")
+            .take()
+    }
+
+    /// Whether `tp`'s log is in a directory that is offline.
+    pub fn is_offline(&self, tp: &TopicPartition) -> bool {
+        self.find(tp)
+            .is_some_and(|(dir, _)| self.dirs[dir].health.is_offline())
     }
 
     fn open_dir(path: &Path) -> io::Result<(bool, DirState)> {
