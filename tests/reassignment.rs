@@ -274,6 +274,23 @@ fn a_throttled_reassignment_can_be_cancelled_or_outlive_its_controller() {
         broker_config["config"]["follower.replication.throttled.rate"],
         "20000"
     );
+    let described = common::kafka_tool(
+        "org.apache.kafka.tools.ConfigCommand",
+        &[
+            "--bootstrap-server",
+            &bootstrap,
+            "--entity-type",
+            "brokers",
+            "--entity-name",
+            "4",
+            "--describe",
+        ],
+        None,
+    );
+    assert!(
+        described.contains("follower.replication.throttled.rate=20000"),
+        "{described}"
+    );
     // Held back: after 5 s broker 4 has at most the first fetch of each (1 MiB).
     std::thread::sleep(Duration::from_secs(5));
     let (ok, printed) = reassign_partitions(

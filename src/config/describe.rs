@@ -9,12 +9,15 @@ use std::collections::BTreeMap;
 use shards::log::{LogConfig, TOPIC_CONFIG_NAMES};
 
 use super::definitions::{broker_synonyms, kafka_config_defs, ConfigKey, ConfigType};
+use super::dynamic::{DynamicBrokerConfigs, DYNAMIC_BROKER_KEYS};
 
 /// Kafka's DescribeConfigsResponse.ConfigSource, by Kafka's names.
 #[allow(clippy::enum_variant_names)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConfigSource {
     TopicConfig = 1,
+    DynamicBrokerConfig = 2,
+    DynamicDefaultBrokerConfig = 3,
     StaticBrokerConfig = 4,
     DefaultConfig = 5,
 }
@@ -179,6 +182,50 @@ pub fn broker_entries(
         .collect()
 }
 
+/// The dynamic configs set for a broker (`per_broker`: its own, then the
+/// `<default>` entity's) or, without it, for every broker: each with its
+/// synonyms, most specific first. Kafka's DynamicConfig keys are LONGs.
+pub fn dynamic_broker_entries(
+    configs: &DynamicBrokerConfigs,
+    per_broker: bool,
+    wanted: impl Fn(&str) -> bool,
+) -> Vec<ConfigEntry> {
+    DYNAMIC_BROKER_KEYS
+        .iter()
+        .filter(|key| wanted(key))
+        .filter_map(|key| {
+            let own = per_broker
+                .then(|| configs.own.get(*key))
+                .flatten()
+                .map(|value| (value, ConfigSource::DynamicBrokerConfig));
+            let default = configs
+                .defaults
+                .get(*key)
+                .map(|value| (value, ConfigSource::DynamicDefaultBrokerConfig));
+            let synonyms: Vec<ConfigSynonym> = own
+                .into_iter()
+                .chain(default)
+                .map(|(value, source)| ConfigSynonym {
+                    name: key.to_string(),
+                    value: Some(value.clone()),
+                    source,
+                })
+                .collect();
+            let first = synonyms.first()?;
+            Some(ConfigEntry {
+                name: key.to_string(),
+                value: first.value.clone(),
+                source: first.source,
+                is_sensitive: false,
+                read_only: false,
+                config_type: ConfigType::Long,
+                documentation: "A dynamic broker config (replication quotas).".into(),
+                synonyms,
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -284,5 +331,32 @@ mod tests {
                 .or_else(|| defs.topic[name].default.clone());
             assert_eq!(defaults.value_of(name), expected, "{name}");
         }
+    }
+
+    #[test]
+    fn dynamic_configs_come_from_the_broker_then_the_default_entity() {
+        let configs = DynamicBrokerConfigs {
+            defaults: [("leader.replication.throttled.rate".into(), "100".into())].into(),
+            own: [
+                ("leader.replication.throttled.rate".into(), "50".into()),
+                ("follower.replication.throttled.rate".into(), "70".into()),
+            ]
+            .into(),
+        };
+        let entries = dynamic_broker_entries(&configs, true, |_| true);
+        let leader = &entries[0];
+        assert_eq!(leader.name, "leader.replication.throttled.rate");
+        assert_eq!(leader.value.as_deref(), Some("50"));
+        assert_eq!(leader.source, ConfigSource::DynamicBrokerConfig);
+        assert_eq!(
+            leader.synonyms[1].source,
+            ConfigSource::DynamicDefaultBrokerConfig
+        );
+        assert_eq!(entries.len(), 2, "unset keys are not described");
+        // The cluster's defaults alone.
+        let defaults = dynamic_broker_entries(&configs, false, |_| true);
+        assert_eq!(defaults.len(), 1);
+        assert_eq!(defaults[0].value.as_deref(), Some("100"));
+        assert_eq!(defaults[0].source, ConfigSource::DynamicDefaultBrokerConfig);
     }
 }

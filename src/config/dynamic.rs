@@ -49,6 +49,19 @@ pub fn check_dynamic_broker_config(overrides: &BTreeMap<String, String>) -> Resu
     Ok(())
 }
 
+/// A broker's dynamic configs: the `<default>` entity's and its own.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DynamicBrokerConfigs {
+    pub defaults: BTreeMap<String, String>,
+    pub own: BTreeMap<String, String>,
+}
+
+impl DynamicBrokerConfigs {
+    pub fn replication_throttles(&self) -> ReplicationThrottles {
+        ReplicationThrottles::of(&self.defaults, &self.own)
+    }
+}
+
 /// The replication rates in effect, in bytes per second (None: unbounded,
 /// Kafka's Long.MAX_VALUE default).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -9,7 +9,7 @@ use kafka_protocol::messages::{DescribeConfigsRequest, DescribeConfigsResponse};
 use kafka_protocol::protocol::StrBytes;
 
 use super::{RequestContext, RESOURCE_TYPE_BROKER, RESOURCE_TYPE_TOPIC};
-use crate::config::describe::{broker_entries, topic_entries, ConfigEntry};
+use crate::config::describe::{broker_entries, dynamic_broker_entries, topic_entries, ConfigEntry};
 use crate::protocol::{ApiError, ResponseError};
 
 fn encode(
@@ -77,11 +77,18 @@ pub async fn handle(
                         format!("topic '{name}' does not exist"),
                     )),
                 },
-                // An empty name asks for the cluster's dynamic defaults: none here.
-                RESOURCE_TYPE_BROKER if name.is_empty() => Ok(Vec::new()),
+                // An empty name asks for the cluster's dynamic defaults.
+                RESOURCE_TYPE_BROKER if name.is_empty() => Ok(dynamic_broker_entries(
+                    &image.dynamic_broker_configs,
+                    false,
+                    wanted,
+                )),
                 RESOURCE_TYPE_BROKER => match name.parse::<i32>() {
                     Ok(id) if id == ctx.broker.config.broker_id => {
-                        Ok(broker_entries(properties, wanted))
+                        let mut entries =
+                            dynamic_broker_entries(&image.dynamic_broker_configs, true, &wanted);
+                        entries.extend(broker_entries(properties, wanted));
+                        Ok(entries)
                     }
                     Ok(id) => Err(ApiError::new(
                         ResponseError::InvalidRequest,

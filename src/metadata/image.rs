@@ -1,7 +1,7 @@
 //! The metadata image: an immutable, versioned view of the cluster that the
 //! control thread publishes to every shard. Shards read it, never the store.
 
-use crate::config::dynamic::ReplicationThrottles;
+use crate::config::dynamic::DynamicBrokerConfigs;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -84,8 +84,8 @@ pub struct MetadataImage {
     pub controller_id: i32,
     /// This broker's registration's czxid, for its requests to the controller.
     pub broker_epoch: i64,
-    /// This broker's replication rates (its dynamic configs).
-    pub replication_throttles: ReplicationThrottles,
+    /// This broker's dynamic configs (the replication throttles).
+    pub dynamic_broker_configs: Arc<DynamicBrokerConfigs>,
     pub brokers: BTreeMap<i32, Broker>,
     pub topics: BTreeMap<String, Arc<TopicImage>>,
     pub topic_ids: HashMap<Uuid, String>,
@@ -110,7 +110,7 @@ impl MetadataImage {
             cluster_id: String::new(),
             controller_id: -1,
             broker_epoch: -1,
-            replication_throttles: ReplicationThrottles::default(),
+            dynamic_broker_configs: Arc::default(),
             brokers: BTreeMap::new(),
             topics: BTreeMap::new(),
             topic_ids: HashMap::new(),

@@ -165,7 +165,7 @@ impl ReplicaManager {
     /// place is a deleted topic's).
     pub async fn apply_image(&self, image: &Arc<MetadataImage>) {
         self.fetchers.set_broker_epoch(image.broker_epoch);
-        let throttles = image.replication_throttles;
+        let throttles = image.dynamic_broker_configs.replication_throttles();
         self.quotas
             .leader
             .set_bound(throttles.leader_bytes_per_second);

@@ -17,7 +17,7 @@ use shards::log::{LogDirs, TopicPartition};
 use shards::runtime::ShardPlacement;
 use tracing::warn;
 
-use crate::config::dynamic::ReplicationThrottles;
+use crate::config::dynamic::DynamicBrokerConfigs;
 use crate::config::LeaderRebalanceConfig;
 use crate::controller::{
     alter_broker_config, alter_topic_config, create_topics_in_zk, ConfigEntity, ConfigOp,
@@ -536,8 +536,8 @@ pub struct ControlPlane<Z> {
     broker_id: i32,
     image_version: u64,
     leader_rebalance: LeaderRebalanceConfig,
-    /// The dynamic broker configs' replication rates, for the images.
-    replication_throttles: ReplicationThrottles,
+    /// This broker's dynamic configs, for the images.
+    dynamic_broker_configs: Arc<DynamicBrokerConfigs>,
     /// Whether an auto leader rebalance check is due (a timer runs).
     leader_rebalance_scheduled: bool,
     /// The newest `/config/changes` notification processed (Kafka's
@@ -587,7 +587,7 @@ impl<Z: ZkClient> ControlPlane<Z> {
         let config_changes_seen = newest_config_change(&zk.get_config_changes(true).await?);
         let mut plane = Self {
             leader_rebalance,
-            replication_throttles: ReplicationThrottles::default(),
+            dynamic_broker_configs: Arc::default(),
             leader_rebalance_scheduled: false,
             config_changes_seen,
             zk,
@@ -667,7 +667,7 @@ impl<Z: ZkClient> ControlPlane<Z> {
             }
         };
         image.broker_epoch = self.broker_epoch;
-        image.replication_throttles = self.replication_throttles;
+        image.dynamic_broker_configs = self.dynamic_broker_configs.clone();
         let partitions: Vec<TopicPartition> = replicas.iter().map(|(tp, ..)| tp.clone()).collect();
         let shards = match self.placement.assign_all(&partitions) {
             Ok(shards) => shards,
@@ -1284,7 +1284,7 @@ impl<Z: ZkClient> ControlPlane<Z> {
     }
 
     /// This broker's dynamic configs (its own, then `<default>`'s), read
-    /// again; the next image carries the throttles.
+    /// again, for the next image.
     async fn load_dynamic_broker_configs(&mut self) {
         let brokers = ConfigEntityZNode::BROKERS;
         let own = self.broker_id.to_string();
@@ -1294,14 +1294,15 @@ impl<Z: ZkClient> ControlPlane<Z> {
                 .get_entity_config(brokers, ConfigEntityZNode::DEFAULT_BROKER)
                 .await?;
             let (own, _) = self.zk.get_entity_config(brokers, &own).await?;
-            Ok::<_, KafkaZkError>(ReplicationThrottles::of(&defaults, &own))
+            Ok::<_, KafkaZkError>(DynamicBrokerConfigs { defaults, own })
         };
         match read.await {
-            Ok(throttles) => {
-                if throttles != self.replication_throttles {
-                    tracing::info!(?throttles, "replication throttles");
+            Ok(configs) => {
+                if configs != *self.dynamic_broker_configs {
+                    let throttles = configs.replication_throttles();
+                    tracing::info!(?throttles, "dynamic broker configs");
                 }
-                self.replication_throttles = throttles;
+                self.dynamic_broker_configs = Arc::new(configs);
             }
             Err(error) => warn!(%error, "cannot read the dynamic broker configs"),
         }
