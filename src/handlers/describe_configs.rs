@@ -86,7 +86,7 @@ pub async fn handle(
                 RESOURCE_TYPE_BROKER => match name.parse::<i32>() {
                     Ok(id) if id == ctx.broker.config.broker_id => {
                         let mut entries =
-                            dynamic_broker_entries(&image.dynamic_broker_configs, true, &wanted);
+                            dynamic_broker_entries(&image.dynamic_broker_configs, true, wanted);
                         entries.extend(broker_entries(properties, wanted));
                         Ok(entries)
                     }
