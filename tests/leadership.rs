@@ -49,6 +49,20 @@ fn leader_election(bootstrap: &str, args: &[&str]) -> (bool, String) {
     (output.status.success(), printed)
 }
 
+/// `kafka-leader-election` for one partition.
+fn elect_one(bootstrap: &str, election_type: &str, topic: &str, partition: i32) -> (bool, String) {
+    let partition = partition.to_string();
+    let args = [
+        "--election-type",
+        election_type,
+        "--topic",
+        topic,
+        "--partition",
+        &partition,
+    ];
+    leader_election(bootstrap, &args)
+}
+
 #[test]
 fn leadership_returns_to_preferred_replicas_after_a_broker_returns() {
     const CHROOT: &str = "/auto-rebalance";
@@ -147,33 +161,13 @@ fn kafka_leader_election_runs_preferred_and_unclean_elections() {
     });
 
     // A partition already led by its preferred replica needs no election.
-    let (ok, printed) = leader_election(
-        &all[2],
-        &[
-            "--election-type",
-            "preferred",
-            "--topic",
-            "balanced",
-            "--partition",
-            "0",
-        ],
-    );
+    let (ok, printed) = elect_one(&all[2], "preferred", "balanced", 0);
     assert!(ok, "{printed}");
     assert!(
         printed.contains("Valid replica already elected for partitions balanced-0"),
         "{printed}"
     );
-    let (ok, printed) = leader_election(
-        &all[2],
-        &[
-            "--election-type",
-            "preferred",
-            "--topic",
-            "balanced",
-            "--partition",
-            "99",
-        ],
-    );
+    let (ok, printed) = elect_one(&all[2], "preferred", "balanced", 99);
     assert!(!ok, "{printed}");
     assert!(printed.contains("UnknownTopicOrPartition"), "{printed}");
 
@@ -186,15 +180,7 @@ fn kafka_leader_election_runs_preferred_and_unclean_elections() {
     zk.wait_for(Duration::from_secs(20), "dirty offline", |zk| {
         zk.partition_state(CHROOT, "dirty", 0).0 == -1
     });
-    let unclean = [
-        "--election-type",
-        "unclean",
-        "--topic",
-        "dirty",
-        "--partition",
-        "0",
-    ];
-    let (ok, printed) = leader_election(&all[1], &unclean);
+    let (ok, printed) = elect_one(&all[1], "unclean", "dirty", 0);
     assert!(!ok, "no replica is live: {printed}");
     assert!(printed.contains("EligibleLeadersNotAvailable"), "{printed}");
     // ...and the out-of-sync one (3) returns: offline still, until an
@@ -206,7 +192,7 @@ fn kafka_leader_election_runs_preferred_and_unclean_elections() {
     });
     std::thread::sleep(Duration::from_secs(1));
     assert_eq!(zk.partition_state(CHROOT, "dirty", 0), (-1, vec![1]));
-    let (ok, printed) = leader_election(&all[1], &unclean);
+    let (ok, printed) = elect_one(&all[1], "unclean", "dirty", 0);
     assert!(ok, "{printed}");
     assert!(
         printed.contains("Successfully completed leader election (UNCLEAN)"),
@@ -214,7 +200,7 @@ fn kafka_leader_election_runs_preferred_and_unclean_elections() {
     );
     assert_eq!(zk.partition_state(CHROOT, "dirty", 0), (3, vec![3]));
     // A partition with a live leader needs no unclean election.
-    let (ok, printed) = leader_election(&all[1], &unclean);
+    let (ok, printed) = elect_one(&all[1], "unclean", "dirty", 0);
     assert!(ok, "{printed}");
     assert!(
         printed.contains("Valid replica already elected"),

@@ -182,22 +182,6 @@ impl<Z: ZkClient> KafkaController<Z> {
         if !written.is_empty() {
             self.send_update_metadata();
         }
-        // An ISR that grew may complete a reassignment (Kafka's
-        // maybeCompleteReassignment).
-        for (name, partition) in &written {
-            let reassigning = self
-                .context
-                .as_ref()
-                .is_some_and(|context| context.topics[name].reassignments.contains_key(partition));
-            if reassigning
-                && self
-                    .maybe_complete_reassignment(name, *partition, &[])
-                    .await
-                    .is_err()
-            {
-                return refused(ResponseError::NotController);
-            }
-        }
         let Some(context) = self.context.as_ref() else {
             return refused(ResponseError::NotController);
         };
@@ -229,6 +213,23 @@ impl<Z: ZkClient> KafkaController<Z> {
                         .with_topic_id(topic_id)
                         .with_partitions(vec![answer]),
                 ),
+            }
+        }
+        // The committed ISR is answered; one that grew may then complete a
+        // reassignment (Kafka's maybeCompleteReassignment), whose new leader
+        // epoch reaches the leader with LeaderAndIsr.
+        for (name, partition) in &written {
+            let reassigning = self
+                .context
+                .as_ref()
+                .is_some_and(|context| context.topics[name].reassignments.contains_key(partition));
+            if reassigning {
+                if let Err(error) = self
+                    .maybe_complete_reassignment(name, *partition, &[])
+                    .await
+                {
+                    tracing::error!(topic = name, partition, %error, "cannot complete the reassignment");
+                }
             }
         }
         AlterPartitionResponse::default().with_topics(topics)

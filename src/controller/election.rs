@@ -202,7 +202,7 @@ pub fn auto_rebalance_candidates<'a>(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::replication::partition_state::RECOVERED;
 
@@ -210,7 +210,8 @@ mod tests {
         move |id| ids.contains(&id)
     }
 
-    fn state(leader: i32, isr: &[i32]) -> TopicPartitionStateZNode {
+    /// A state at leader epoch 4, recovered.
+    pub fn state(leader: i32, isr: &[i32]) -> TopicPartitionStateZNode {
         TopicPartitionStateZNode {
             leader,
             leader_epoch: 4,

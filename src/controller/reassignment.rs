@@ -428,17 +428,7 @@ impl<Z: ZkClient> KafkaController<Z> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::replication::partition_state::RECOVERED;
-
-    fn state(leader: i32, isr: &[i32]) -> TopicPartitionStateZNode {
-        TopicPartitionStateZNode {
-            leader,
-            leader_epoch: 4,
-            isr: isr.to_vec(),
-            controller_epoch: 1,
-            leader_recovery_state: RECOVERED,
-        }
-    }
+    use crate::controller::election::tests::state;
 
     #[test]
     fn the_replicas_are_the_target_then_the_rest_of_the_origin() {
