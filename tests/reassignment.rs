@@ -415,3 +415,111 @@ fn a_throttled_reassignment_can_be_cancelled_or_outlive_its_controller() {
         },
     );
 }
+
+#[test]
+fn a_replica_moves_between_the_log_dirs_of_its_broker() {
+    use kafka_protocol::messages::alter_replica_log_dirs_request::{
+        AlterReplicaLogDir, AlterReplicaLogDirTopic,
+    };
+    use kafka_protocol::messages::{
+        AlterReplicaLogDirsRequest, AlterReplicaLogDirsResponse, ApiKey, TopicName,
+    };
+    use kafka_protocol::protocol::StrBytes;
+
+    let (first, second) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let dirs = format!(
+        "log.dirs={},{}",
+        first.path().display(),
+        second.path().display()
+    );
+    let broker = common::Broker::start(&[&dirs]);
+    let bootstrap = broker.address();
+    kafka_topics(
+        &bootstrap,
+        &["--create", "--topic", "spread", "--partitions", "1"],
+    );
+    let values: String = (0..2_000).map(|i| format!("v-{i}\n")).collect();
+    common::kcat(&["-b", &bootstrap, "-t", "spread", "-P"], Some(&values));
+    let (from, to) = if first.path().join("spread-0").exists() {
+        (first.path(), second.path())
+    } else {
+        (second.path(), first.path())
+    };
+
+    // A dir outside log.dirs is refused.
+    let mut client = common::Client::connect(&bootstrap);
+    let request =
+        AlterReplicaLogDirsRequest::default().with_dirs(vec![AlterReplicaLogDir::default()
+            .with_path(StrBytes::from_static_str("/nowhere"))
+            .with_topics(vec![AlterReplicaLogDirTopic::default()
+                .with_name(TopicName(StrBytes::from_static_str("spread")))
+                .with_partitions(vec![0])])]);
+    let response: AlterReplicaLogDirsResponse = client
+        .call(ApiKey::AlterReplicaLogDirs, 2, &request)
+        .unwrap();
+    assert_eq!(
+        response.results[0].partitions[0].error_code, 57,
+        "LOG_DIR_NOT_FOUND"
+    );
+
+    let target = format!(
+        r#"{{"version":1,"partitions":[{{"topic":"spread","partition":0,"replicas":[0],"log_dirs":["{}"]}}]}}"#,
+        to.display()
+    );
+    let (ok, printed) = reassign_partitions(
+        &bootstrap,
+        "--reassignment-json-file",
+        &target,
+        &["--execute"],
+    );
+    assert!(ok, "{printed}");
+    wait(Duration::from_secs(30), "the replica moves", || {
+        let (ok, printed) = reassign_partitions(
+            &bootstrap,
+            "--reassignment-json-file",
+            &target,
+            &["--verify"],
+        );
+        assert!(ok, "{printed}");
+        printed.contains("Reassignment of replica spread-0-0 completed")
+    });
+    assert!(to.join("spread-0").exists());
+    wait(Duration::from_secs(10), "the old copy is removed", || {
+        !from.join("spread-0").exists()
+    });
+    // Served from there: what was written, and what is written now.
+    let more: String = (2_000..2_100).map(|i| format!("v-{i}\n")).collect();
+    common::kcat(&["-b", &bootstrap, "-t", "spread", "-P"], Some(&more));
+    let read: Vec<String> = read_all(&bootstrap, "spread")
+        .into_iter()
+        .map(|(_, v)| v)
+        .collect();
+    let expected: Vec<String> = (0..2_100).map(|i| format!("v-{i}")).collect();
+    assert_eq!(read, expected);
+    let described = common::kafka_tool(
+        "org.apache.kafka.tools.LogDirsCommand",
+        &[
+            "--bootstrap-server",
+            &bootstrap,
+            "--broker-list",
+            "0",
+            "--describe",
+        ],
+        None,
+    );
+    let json: serde_json::Value = serde_json::from_str(described.lines().last().unwrap()).unwrap();
+    let holding: Vec<&str> = json["brokers"][0]["logDirs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| {
+            d["partitions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|p| p["partition"] == "spread-0")
+        })
+        .map(|d| d["logDir"].as_str().unwrap())
+        .collect();
+    assert_eq!(holding, [to.to_str().unwrap()], "{described}");
+}

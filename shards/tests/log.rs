@@ -628,3 +628,54 @@ fn appended_data_is_written_back_as_it_goes() {
         }
     });
 }
+
+#[test]
+fn a_log_moved_to_another_dir_keeps_its_records_and_takes_appends_there() {
+    use shards::log::{LogDirs, LogManager, LogManagerConfig, TopicPartition};
+    let (first, second) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let paths = [first.path().to_owned(), second.path().to_owned()];
+    // A move the last run did not finish is dropped at start.
+    let stale_future = second.path().join("t-0.1a2b-future");
+    fs::create_dir_all(&stale_future).unwrap();
+    let dirs = LogDirs::open(&paths).unwrap();
+    assert!(!stale_future.exists());
+    run(async {
+        let manager = LogManager::new(0, dirs.clone(), LogManagerConfig::default());
+        let tp = TopicPartition::new("t", 0);
+        let log = manager
+            .get_or_create_log(
+                &tp,
+                std::rc::Rc::new(small_segments()),
+                "AAAAAAAAAAAAAAAAAAAAAA",
+            )
+            .await
+            .unwrap();
+        assert!(log.dir().starts_with(first.path()));
+        for i in 0..60 {
+            log.append_as_leader(batch(i * 10, 10, 100, 5_000), 3, 5_000)
+                .await
+                .unwrap();
+        }
+        log.set_high_watermark(600);
+        assert!(log.segment_count() > 2);
+        let before = read_all(&log).await;
+        let moved = manager.move_log(&tp, 1).await.unwrap();
+        assert!(moved.dir().starts_with(second.path()));
+        assert!(
+            !first.path().join("t-0").exists(),
+            "the old copy is removed"
+        );
+        assert!(log
+            .append_as_leader(batch(600, 10, 100, 5_000), 3, 5_000)
+            .await
+            .is_err());
+        assert_eq!(read_all(&moved).await, before);
+        assert_eq!(moved.high_watermark(), 600);
+        assert_eq!(dirs.find(&tp).map(|(dir, _)| dir), Some(1));
+        let info = moved
+            .append_as_leader(batch(600, 10, 100, 5_000), 3, 5_000)
+            .await
+            .unwrap();
+        assert_eq!(info.first_offset, 600);
+    });
+}

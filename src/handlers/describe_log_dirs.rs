@@ -14,20 +14,34 @@ use super::RequestContext;
 use crate::protocol::ResponseError;
 use crate::server::broker::ShardBroker;
 
-/// (directory, topic, partition, size in bytes) of every log a shard owns.
-type LogSizes = Vec<(String, String, i32, i64)>;
+/// (directory, topic, partition, size in bytes, future) of every log a shard
+/// owns, and of every one it is moving to another directory (a future
+/// replica there, as Kafka reports it while the copy runs).
+type LogSizes = Vec<(String, String, i32, i64, bool)>;
 
 fn local_sizes(broker: &ShardBroker) -> LogSizes {
-    broker
+    let mut sizes: LogSizes = broker
         .log_manager
         .logs()
         .iter()
         .map(|log| {
             let dir = log.health().path().display().to_string();
             let tp = log.topic_partition();
-            (dir, tp.topic.clone(), tp.partition, log.size_bytes() as i64)
+            (
+                dir,
+                tp.topic.clone(),
+                tp.partition,
+                log.size_bytes() as i64,
+                false,
+            )
         })
-        .collect()
+        .collect();
+    let dirs = broker.log_manager.dirs();
+    for (tp, dir) in broker.moving_logs() {
+        let dir = dirs.dirs()[dir].health.path().display().to_string();
+        sizes.push((dir, tp.topic, tp.partition, 0, true));
+    }
+    sizes
 }
 
 /// Total and usable bytes of the filesystem holding `path`.
@@ -76,15 +90,16 @@ pub async fn handle(
         .map(|dir| {
             let path = dir.health.path().display().to_string();
             let mut topics: BTreeMap<&str, Vec<DescribeLogDirsPartition>> = BTreeMap::new();
-            for (_, topic, partition, size) in sizes
+            for (_, topic, partition, size, future) in sizes
                 .iter()
-                .filter(|(d, t, p, _)| *d == path && wanted(t, *p))
+                .filter(|(d, t, p, ..)| *d == path && wanted(t, *p))
             {
                 topics.entry(topic).or_default().push(
                     DescribeLogDirsPartition::default()
                         .with_partition_index(*partition)
                         .with_partition_size(*size)
-                        .with_offset_lag(0),
+                        .with_offset_lag(0)
+                        .with_is_future_key(*future),
                 );
             }
             let topics = topics

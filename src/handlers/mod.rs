@@ -7,6 +7,7 @@ mod allocate_producer_ids;
 mod alter_configs;
 mod alter_partition;
 mod alter_partition_reassignments;
+mod alter_replica_log_dirs;
 mod api_versions;
 mod controlled_shutdown;
 mod create_partitions;
@@ -167,6 +168,7 @@ impl ApiTable {
             api!(DescribeConfigs, 1, 4, describe_configs::handle),
             api!(AlterConfigs, 0, 2, alter_configs::handle),
             api!(DescribeLogDirs, 1, 4, describe_log_dirs::handle),
+            api!(AlterReplicaLogDirs, 1, 2, alter_replica_log_dirs::handle),
             api!(CreatePartitions, 0, 3, create_partitions::handle),
             api!(
                 IncrementalAlterConfigs,
@@ -475,6 +477,7 @@ mod tests {
             DescribeConfigs => DescribeConfigsRequest, DescribeConfigsResponse;
             AlterConfigs => AlterConfigsRequest, AlterConfigsResponse;
             DescribeLogDirs => DescribeLogDirsRequest, DescribeLogDirsResponse;
+            AlterReplicaLogDirs => AlterReplicaLogDirsRequest, AlterReplicaLogDirsResponse;
             CreatePartitions => CreatePartitionsRequest, CreatePartitionsResponse;
             ElectLeaders => ElectLeadersRequest, ElectLeadersResponse;
             AlterPartitionReassignments => AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse;

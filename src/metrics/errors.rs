@@ -73,6 +73,7 @@ per_partition_error!(
     ListOffsetsResponse => topics.partitions,
     OffsetCommitResponse => topics.partitions,
     DeleteRecordsResponse => topics.partitions,
+    AlterReplicaLogDirsResponse => results.partitions,
     kafka_protocol_legacy::messages::OffsetForLeaderEpochResponse => topics.partitions,
 );
 

@@ -12,6 +12,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use futures_lite::future::or;
+use glommio::sync::Semaphore;
 use shards::log::{LogManager, TopicPartition, WatchedOffset};
 use shards::runtime::ShardMesh;
 
@@ -43,6 +44,12 @@ pub struct ShardBroker {
     pub metrics: ShardMetrics,
     /// ZooKeeper mode: producer ids from blocks the controller gives.
     producer_ids: ProducerIdManager,
+    /// One image applied at a time: the control plane's, or this shard's
+    /// own after a log moved between dirs.
+    applying_image: Semaphore,
+    /// Logs of this shard moving to another log dir (AlterReplicaLogDirs),
+    /// with the index of that dir.
+    moving_logs: RefCell<BTreeMap<TopicPartition, usize>>,
 }
 
 impl ShardBroker {
@@ -81,6 +88,8 @@ impl ShardBroker {
             fetch_sessions: RefCell::new(fetch_sessions),
             metrics: ShardMetrics::default(),
             producer_ids: ProducerIdManager::default(),
+            applying_image: Semaphore::new(1),
+            moving_logs: RefCell::new(BTreeMap::new()),
         }
     }
 
@@ -173,6 +182,11 @@ impl ShardBroker {
     /// Takes a new image: opens logs for partitions newly placed here, applies
     /// topic config changes, deletes logs of topics that are gone.
     pub async fn apply_image(&self, image: Arc<MetadataImage>) {
+        let _applying = self
+            .applying_image
+            .acquire_permit(1)
+            .await
+            .expect("never closed");
         let previous = std::mem::replace(&mut *self.image.borrow_mut(), image.clone());
         let deleted: Vec<String> = previous
             .topics
@@ -420,6 +434,54 @@ impl ShardBroker {
                 .await
         })
         .await
+    }
+
+    /// The logs of this shard being moved, each with its destination dir
+    /// (Kafka's future replicas, for DescribeLogDirs).
+    pub fn moving_logs(&self) -> Vec<(TopicPartition, usize)> {
+        let moving = self.moving_logs.borrow();
+        moving.iter().map(|(tp, dir)| (tp.clone(), *dir)).collect()
+    }
+
+    /// AlterReplicaLogDirs for one of this broker's replicas: its log moves
+    /// to log dir `dir` on its shard, in the background (Kafka answers
+    /// before the copy too); once moved, the image is applied again so the
+    /// replica serves from there. REPLICA_NOT_AVAILABLE when this broker has
+    /// no log of it.
+    pub async fn alter_replica_log_dir(
+        self: &Rc<Self>,
+        topic: &str,
+        partition: i32,
+        dir: usize,
+    ) -> Result<(), ResponseError> {
+        let shard = self
+            .replica_shard(topic, partition, false)
+            .map_err(|_| ResponseError::ReplicaNotAvailable)?;
+        let tp = TopicPartition::new(topic, partition);
+        self.mesh()
+            .invoke_on(shard, self, move |broker: Rc<ShardBroker>| async move {
+                if broker.log_manager.get_log(&tp).is_none() {
+                    return Err(ResponseError::ReplicaNotAvailable);
+                }
+                if broker.moving_logs.borrow().contains_key(&tp) {
+                    return Ok(());
+                }
+                broker.moving_logs.borrow_mut().insert(tp.clone(), dir);
+                glommio::spawn_local(async move {
+                    let moved = broker.log_manager.move_log(&tp, dir).await;
+                    broker.moving_logs.borrow_mut().remove(&tp);
+                    match moved {
+                        Ok(_) => broker.apply_image(broker.image()).await,
+                        Err(error) => {
+                            tracing::warn!(partition = %tp, %error, "cannot move the log")
+                        }
+                    }
+                })
+                .detach();
+                Ok(())
+            })
+            .await
+            .unwrap_or(Err(ResponseError::ReplicaNotAvailable))
     }
 
     /// DeleteRecords on the owning shard; returns the new low watermark.

@@ -13,6 +13,8 @@ pub const CLEANED_FILE_SUFFIX: &str = ".cleaned";
 pub const SWAP_FILE_SUFFIX: &str = ".swap";
 /// Suffix of a partition directory being deleted.
 pub const DELETE_DIR_SUFFIX: &str = "-delete";
+/// A partition's copy in another log dir while it moves there (Kafka's future log).
+pub const FUTURE_DIR_SUFFIX: &str = "-future";
 
 /// A partition directory's leader epochs (`<epoch> <start offset>` lines).
 pub const LEADER_EPOCH_CHECKPOINT_FILE: &str = "leader-epoch-checkpoint";

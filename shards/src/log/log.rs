@@ -1122,6 +1122,46 @@ impl Log {
         Ok(doomed)
     }
 
+    /// The last step of moving this log to another directory: with every
+    /// lock held, `future` (a copy taken while the log served) is brought up
+    /// to date (each file again but the closed segments' `.log` files, which
+    /// never change in place; those gone here go there), flushed and renamed
+    /// to `destination`; this log is then deleted as `mark_deleted` does and
+    /// its old directory returned, for removal. Returns also the recovery
+    /// point and high watermark the moved log opens with.
+    pub async fn finish_move(
+        &self,
+        future: PathBuf,
+        destination: PathBuf,
+    ) -> Result<(PathBuf, i64, i64), LogError> {
+        let _exclusive = self.exclusive().await;
+        for segment in self.segments() {
+            segment.flush().await?;
+        }
+        self.write_leader_epoch_checkpoint().await?;
+        let _no_epoch_write = permit(&self.epoch_checkpoint.lock).await;
+        let source = self.dir.clone();
+        let doomed = self.dir.with_file_name(format!(
+            "{}.{:x}{DELETE_DIR_SUFFIX}",
+            self.topic_partition,
+            crate::log::wall_clock_ms()
+        ));
+        let (from, to) = (source.clone(), doomed.clone());
+        run_blocking(move || {
+            sync_copy(&from, &future, true)?;
+            std::fs::rename(&future, &destination)?;
+            std::fs::File::open(destination.parent().unwrap())?.sync_all()?;
+            std::fs::rename(&from, &to)?;
+            std::fs::File::open(to.parent().unwrap())?.sync_all()
+        })
+        .await
+        .map_err(|error| self.health.on_error(error.into()))?;
+        self.epoch_checkpoint.deleted.set(true);
+        self.deleted.set(true);
+        self.wake_all_watches();
+        Ok((doomed, self.log_end_offset(), self.high_watermark()))
+    }
+
     /// Replaces the closed segments in `old` (consecutive) with `new`, whose files
     /// are already in place under their final names.
     pub(super) fn replace_segments(&self, old: &[Rc<LogSegment>], new: Rc<LogSegment>) {
@@ -1357,4 +1397,45 @@ async fn write_epoch_checkpoint(
     }
     let snapshot = cache.borrow().clone();
     run_blocking(move || snapshot.write()).await
+}
+
+/// Copies the regular files of `from` into `to` (created if needed), each
+/// whole; with `changed_only`, a `.log` file copied there since its last
+/// change is left (a closed segment), and files `from` no longer has are
+/// removed from `to`. Every file copied is synced, then `to` itself.
+pub(crate) fn sync_copy(from: &Path, to: &Path, changed_only: bool) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    let mut names = std::collections::BTreeSet::new();
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        if !entry.file_type()?.is_file() {
+            continue;
+        }
+        let name = entry.file_name();
+        let target = to.join(&name);
+        names.insert(name.clone());
+        let source = entry.metadata()?;
+        // Copied after its last change, at the same length.
+        let copied_since = |copy: std::fs::Metadata| {
+            copy.len() == source.len()
+                && matches!((copy.modified(), source.modified()), (Ok(c), Ok(s)) if c >= s)
+        };
+        let unchanged_segment = changed_only
+            && Path::new(&name).extension().is_some_and(|e| e == "log")
+            && std::fs::metadata(&target).is_ok_and(copied_since);
+        if unchanged_segment {
+            continue;
+        }
+        std::fs::copy(entry.path(), &target)?;
+        std::fs::File::open(&target)?.sync_all()?;
+    }
+    if changed_only {
+        for entry in std::fs::read_dir(to)? {
+            let entry = entry?;
+            if !names.contains(&entry.file_name()) {
+                std::fs::remove_file(entry.path())?;
+            }
+        }
+    }
+    std::fs::File::open(to)?.sync_all()
 }

@@ -19,7 +19,7 @@ use tracing::{error, warn};
 
 use super::checkpoint::{read_checkpoint_file, write_checkpoint_file};
 use super::file_names::{
-    CLEANER_CHECKPOINT_FILE, CLEAN_SHUTDOWN_FILE, DELETE_DIR_SUFFIX, LOCK_FILE,
+    CLEANER_CHECKPOINT_FILE, CLEAN_SHUTDOWN_FILE, DELETE_DIR_SUFFIX, FUTURE_DIR_SUFFIX, LOCK_FILE,
     LOG_START_OFFSET_CHECKPOINT_FILE, RECOVERY_POINT_CHECKPOINT_FILE, REPLICATION_CHECKPOINT_FILE,
 };
 use super::{LogError, TopicPartition};
@@ -247,8 +247,9 @@ impl LogDirs {
                 continue;
             }
             let name = entry.file_name().to_string_lossy().into_owned();
-            if name.ends_with(DELETE_DIR_SUFFIX) {
-                // A deletion the last run did not finish.
+            if name.ends_with(DELETE_DIR_SUFFIX) || name.ends_with(FUTURE_DIR_SUFFIX) {
+                // A deletion, or a move to this dir, the last run did not
+                // finish (a move's source is still whole).
                 std::fs::remove_dir_all(entry.path())?;
             } else if let Some(tp) = TopicPartition::from_dir_name(&name) {
                 state.partitions.insert(tp, PartitionCheckpoint::default());
@@ -352,6 +353,15 @@ impl LogDirs {
         if let Some(entry) = state.iter_mut().find_map(|s| s.partitions.get_mut(tp)) {
             *entry = checkpoint;
         }
+    }
+
+    /// The partition now lives in directory `dir`, at `checkpoint`.
+    pub fn move_to(&self, tp: &TopicPartition, dir: usize, checkpoint: PartitionCheckpoint) {
+        let mut state = self.state.lock().unwrap();
+        for s in state.iter_mut() {
+            s.partitions.remove(tp);
+        }
+        state[dir].partitions.insert(tp.clone(), checkpoint);
     }
 
     pub fn remove(&self, tp: &TopicPartition) {

@@ -7,10 +7,11 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tracing::warn;
+use tracing::{info, warn};
 
 use super::blocking::run_blocking;
-use super::file_names::{DELETE_DIR_SUFFIX, PARTITION_METADATA_FILE};
+use super::file_names::{DELETE_DIR_SUFFIX, FUTURE_DIR_SUFFIX, PARTITION_METADATA_FILE};
+use super::log::sync_copy;
 use super::log_dirs::{LogDirs, PartitionCheckpoint};
 
 use super::{wall_clock_ms, Log, LogConfig, LogError, LogOpenParams, TopicPartition};
@@ -171,6 +172,63 @@ impl LogManager {
         run_blocking(move || std::fs::remove_dir_all(doomed))
             .await
             .map_err(|error| health.on_error(error.into()))
+    }
+
+    /// Kafka's AlterReplicaLogDirs, as a copy: the partition's files go to
+    /// `<dir>/<tp>.<id>-future` while the log serves, then, with the log's
+    /// locks held, what changed since (the active segment, indexes, state)
+    /// follows, the copy takes the partition's name and the log opens there;
+    /// the old directory goes as a deleted log's. Returns the new log.
+    pub async fn move_log(&self, tp: &TopicPartition, dir: usize) -> Result<Rc<Log>, LogError> {
+        let log = self
+            .get_log(tp)
+            .ok_or_else(|| LogError::KafkaStorage(format!("no log of {tp} here")))?;
+        let destination = self.dirs.partition_dir(dir, tp);
+        if log.dir() == destination {
+            return Ok(log);
+        }
+        let health = self.dirs.dirs()[dir].health.clone();
+        health.check()?;
+        let future =
+            destination.with_file_name(format!("{tp}.{:x}{FUTURE_DIR_SUFFIX}", wall_clock_ms()));
+        let (from, to) = (log.dir().to_owned(), future.clone());
+        run_blocking(move || sync_copy(&from, &to, false))
+            .await
+            .map_err(|error| health.on_error(error.into()))?;
+        let config = log.config();
+        let first_dirty_offset = log.first_dirty_offset();
+        let log_start_offset = log.log_start_offset_checkpoint();
+        let (doomed, recovery_point, high_watermark) =
+            log.finish_move(future, destination.clone()).await?;
+        self.logs.borrow_mut().remove(tp);
+        let checkpoint = PartitionCheckpoint {
+            recovery_point,
+            high_watermark: Some(high_watermark),
+            log_start_offset,
+            first_dirty_offset: Some(first_dirty_offset),
+        };
+        self.dirs.move_to(tp, dir, checkpoint);
+        let moved = Log::open(LogOpenParams {
+            dir: destination,
+            topic_partition: tp.clone(),
+            config,
+            recovery_point,
+            had_clean_shutdown: true,
+            high_watermark: Some(high_watermark),
+            log_start_offset,
+            health: health.clone(),
+            now_ms: wall_clock_ms(),
+        })
+        .await?;
+        moved.set_first_dirty_offset(first_dirty_offset);
+        let moved = Rc::new(moved);
+        self.logs.borrow_mut().insert(tp.clone(), moved.clone());
+        let old_health = log.health().clone();
+        run_blocking(move || std::fs::remove_dir_all(doomed))
+            .await
+            .map_err(|error| old_health.on_error(error.into()))?;
+        info!(partition = %tp, dir = %health.path().display(), "moved log");
+        Ok(moved)
     }
 
     /// Hands each log's recovery point, high watermark and cleaner position to
