@@ -1399,11 +1399,14 @@ async fn write_epoch_checkpoint(
     run_blocking(move || snapshot.write()).await
 }
 
-/// Copies the regular files of `from` into `to` (created if needed), each
-/// whole; with `changed_only`, a `.log` file copied there since its last
-/// change is left (a closed segment), and files `from` no longer has are
-/// removed from `to`. Every file copied is synced, then `to` itself.
+/// Copies the regular files of `from` into `to` (created if needed). With
+/// `changed_only` (a copy made earlier is brought up to date), a `.log` file
+/// is append-only in place: one copied since its last change is left, one
+/// that grew gets only its new tail, and one that shrank (truncated) is
+/// copied whole; every other file is copied whole, and files `from` no
+/// longer has are removed from `to`. Every file written is synced, then `to`.
 pub(crate) fn sync_copy(from: &Path, to: &Path, changed_only: bool) -> std::io::Result<()> {
+    use std::io::{Read, Seek, SeekFrom};
     std::fs::create_dir_all(to)?;
     let mut names = std::collections::BTreeSet::new();
     for entry in std::fs::read_dir(from)? {
@@ -1415,18 +1418,29 @@ pub(crate) fn sync_copy(from: &Path, to: &Path, changed_only: bool) -> std::io::
         let target = to.join(&name);
         names.insert(name.clone());
         let source = entry.metadata()?;
-        // Copied after its last change, at the same length.
-        let copied_since = |copy: std::fs::Metadata| {
-            copy.len() == source.len()
-                && matches!((copy.modified(), source.modified()), (Ok(c), Ok(s)) if c >= s)
-        };
-        let unchanged_segment = changed_only
-            && Path::new(&name).extension().is_some_and(|e| e == "log")
-            && std::fs::metadata(&target).is_ok_and(copied_since);
-        if unchanged_segment {
-            continue;
+        let is_segment = Path::new(&name).extension().is_some_and(|e| e == "log");
+        let copy = std::fs::metadata(&target)
+            .ok()
+            .filter(|_| changed_only && is_segment);
+        match copy {
+            Some(copy) if copy.len() == source.len() => {
+                let unchanged =
+                    matches!((copy.modified(), source.modified()), (Ok(c), Ok(s)) if c >= s);
+                if unchanged {
+                    continue;
+                }
+                std::fs::copy(entry.path(), &target)?;
+            }
+            Some(copy) if copy.len() < source.len() => {
+                let mut tail = std::fs::File::open(entry.path())?;
+                tail.seek(SeekFrom::Start(copy.len()))?;
+                let mut out = std::fs::OpenOptions::new().append(true).open(&target)?;
+                std::io::copy(&mut tail.take(source.len() - copy.len()), &mut out)?;
+            }
+            _ => {
+                std::fs::copy(entry.path(), &target)?;
+            }
         }
-        std::fs::copy(entry.path(), &target)?;
         std::fs::File::open(&target)?.sync_all()?;
     }
     if changed_only {
@@ -1438,4 +1452,37 @@ pub(crate) fn sync_copy(from: &Path, to: &Path, changed_only: bool) -> std::io::
         }
     }
     std::fs::File::open(to)?.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs;
+
+    use super::sync_copy;
+
+    #[test]
+    fn a_copy_is_brought_up_to_date_with_segment_tails() {
+        let (from, to) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let to = to.path().join("copy");
+        let file = |dir: &std::path::Path, name: &str| fs::read(dir.join(name)).unwrap();
+        fs::write(from.path().join("0.log"), vec![1u8; 100]).unwrap();
+        fs::write(from.path().join("0.index"), vec![2u8; 8]).unwrap();
+        sync_copy(from.path(), &to, false).unwrap();
+        // The segment grows, the index is rewritten, a segment is added.
+        let mut grown = vec![1u8; 100];
+        grown.extend([3u8; 50]);
+        fs::write(from.path().join("0.log"), &grown).unwrap();
+        fs::write(from.path().join("0.index"), vec![4u8; 16]).unwrap();
+        fs::write(from.path().join("150.log"), vec![5u8; 10]).unwrap();
+        sync_copy(from.path(), &to, true).unwrap();
+        for name in ["0.log", "0.index", "150.log"] {
+            assert_eq!(file(&to, name), file(from.path(), name), "{name}");
+        }
+        // Truncated and removed.
+        fs::write(from.path().join("0.log"), vec![6u8; 20]).unwrap();
+        fs::remove_file(from.path().join("150.log")).unwrap();
+        sync_copy(from.path(), &to, true).unwrap();
+        assert_eq!(file(&to, "0.log"), vec![6u8; 20]);
+        assert!(!to.join("150.log").exists());
+    }
 }

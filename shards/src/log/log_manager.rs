@@ -192,14 +192,17 @@ impl LogManager {
         let future =
             destination.with_file_name(format!("{tp}.{:x}{FUTURE_DIR_SUFFIX}", wall_clock_ms()));
         let (from, to) = (log.dir().to_owned(), future.clone());
+        let started = std::time::Instant::now();
         run_blocking(move || sync_copy(&from, &to, false))
             .await
             .map_err(|error| health.on_error(error.into()))?;
+        let copied = std::time::Instant::now();
         let config = log.config();
         let first_dirty_offset = log.first_dirty_offset();
         let log_start_offset = log.log_start_offset_checkpoint();
         let (doomed, recovery_point, high_watermark) =
             log.finish_move(future, destination.clone()).await?;
+
         self.logs.borrow_mut().remove(tp);
         let checkpoint = PartitionCheckpoint {
             recovery_point,
@@ -223,11 +226,23 @@ impl LogManager {
         moved.set_first_dirty_offset(first_dirty_offset);
         let moved = Rc::new(moved);
         self.logs.borrow_mut().insert(tp.clone(), moved.clone());
+        // How long the copy ran while the log served, then until the log
+        // took writes again here.
+        let (copy_ms, held_ms) = (
+            copied.duration_since(started).as_millis() as u64,
+            copied.elapsed().as_millis() as u64,
+        );
         let old_health = log.health().clone();
         run_blocking(move || std::fs::remove_dir_all(doomed))
             .await
             .map_err(|error| old_health.on_error(error.into()))?;
-        info!(partition = %tp, dir = %health.path().display(), "moved log");
+        info!(
+            partition = %tp,
+            dir = %health.path().display(),
+            copy_ms,
+            held_ms,
+            "moved log"
+        );
         Ok(moved)
     }
 
