@@ -202,7 +202,6 @@ impl LogManager {
         let log_start_offset = log.log_start_offset_checkpoint();
         let (doomed, recovery_point, high_watermark) =
             log.finish_move(future, destination.clone()).await?;
-
         self.logs.borrow_mut().remove(tp);
         let checkpoint = PartitionCheckpoint {
             recovery_point,
