@@ -211,16 +211,18 @@ pub async fn handle(
         // race the teardown of such a task).
         // Kafka's shouldLeaderThrottle: an out-of-sync follower of a
         // throttled partition gets nothing while the leader quota is spent.
-        let now_ms = wall_clock_ms() as u64;
+        // One look at the quota per pass, and only for a throttled follower.
+        let quota_exceeded =
+            throttled.contains(&true) && quota.is_quota_exceeded(wall_clock_ms() as u64);
         let held: Vec<bool> = targets
             .iter()
             .zip(&throttled)
             .map(|(((name, partition), _), throttled)| {
-                *throttled
+                quota_exceeded
+                    && *throttled
                     && image
                         .partition(name, *partition)
                         .is_some_and(|p| !p.isr.contains(&replica_id))
-                    && quota.is_quota_exceeded(now_ms)
             })
             .collect();
         let limits: Vec<usize> = targets
