@@ -16,6 +16,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::{TcpListener, TcpStream};
+use glommio::sync::Semaphore;
 use shards::log::FileRecords;
 use tracing::{debug, info, warn};
 
@@ -29,8 +30,6 @@ const PORT_RELEASE_WAIT: Duration = Duration::from_secs(3);
 const PORT_RETRY_INTERVAL: Duration = Duration::from_millis(50);
 /// How long the accept loop waits after a failed accept.
 const ACCEPT_ERROR_BACKOFF: Duration = Duration::from_millis(100);
-/// How often an idle connection looks for shutdown.
-const STOP_POLL_INTERVAL: Duration = Duration::from_millis(20);
 
 /// Who is at the other end of a connection, for every request on it.
 pub struct ConnectionInfo {
@@ -75,24 +74,33 @@ pub struct ConnectionLimits {
 
 /// This shard's connections, for a shutdown that answers in-flight requests
 /// and then closes every connection.
-#[derive(Default)]
 pub struct InFlight {
     connections: Cell<usize>,
-    stopping: Cell<bool>,
+    /// Never has a permit: a connection waiting between requests wakes when
+    /// `stop` closes it, and not before.
+    stopping: Semaphore,
+}
+
+impl Default for InFlight {
+    fn default() -> Self {
+        Self {
+            connections: Cell::new(0),
+            stopping: Semaphore::new(0),
+        }
+    }
 }
 
 impl InFlight {
     pub fn stop(&self) {
-        self.stopping.set(true);
+        self.stopping.close();
     }
     /// Open connections; each closes after answering its current request.
     pub fn connections(&self) -> usize {
         self.connections.get()
     }
     async fn stopped(&self) {
-        while !self.stopping.get() {
-            glommio::timer::sleep(STOP_POLL_INTERVAL).await;
-        }
+        let closed = self.stopping.acquire(1).await;
+        assert!(closed.is_err(), "the stop semaphore has no permits");
     }
 }
 

@@ -10,10 +10,11 @@ use crate::replication::quota::ReplicationQuotas;
 use std::net::SocketAddr;
 use std::os::fd::{FromRawFd, IntoRawFd};
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use futures_channel::mpsc::{unbounded, UnboundedSender};
+use futures_lite::StreamExt;
 use glommio::{LocalExecutorBuilder, Placement};
 use shards::log::{LogDirs, LogManager};
 use shards::runtime::{
@@ -37,20 +38,28 @@ use crate::metadata::zookeeper::enter_control_thread;
 use crate::metrics;
 use crate::network::{accept_loop, probe_listeners, ConnectionLimits, InFlight, ListenerSockets};
 
-/// How often a shard looks for the shutdown signal.
-const STOP_POLL_INTERVAL: Duration = Duration::from_millis(20);
+/// How often a stopping shard looks whether its connections are closed.
+const DRAIN_POLL_INTERVAL: Duration = Duration::from_millis(20);
 /// How long shutdown waits for in-flight requests to be answered.
 const SHUTDOWN_DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// io_uring buffer memory for the control plane's executor.
 const CONTROL_IO_MEMORY_BYTES: usize = 256 * 1024;
 
+/// What the thread that started the broker tells a shard. A shard sleeps
+/// until one comes (an idle broker wakes for nothing).
+enum ShardSignal {
+    /// Shard 0: ask the controller to move this broker's leaderships.
+    ControlledShutdown,
+    Stop,
+}
+
 /// A running broker; `stop` shuts it down cleanly.
 pub struct RunningBroker {
-    /// ZooKeeper mode with `controlled.shutdown.enable`: set to have shard 0
-    /// ask the controller to move this broker's leaderships, which `done`
-    /// reports.
-    controlled_shutdown: Option<(Arc<AtomicBool>, mpsc::Receiver<()>, Duration)>,
-    stop: Arc<AtomicBool>,
+    /// ZooKeeper mode with `controlled.shutdown.enable`: a controlled shutdown,
+    /// which `done` reports, and its bound.
+    controlled_shutdown: Option<(mpsc::Receiver<()>, Duration)>,
+    /// One per shard, by shard id.
+    signals: Vec<UnboundedSender<ShardSignal>>,
     shards: Vec<glommio::ExecutorJoinHandle<()>>,
     control: glommio::ExecutorJoinHandle<()>,
     dirs: Arc<LogDirs>,
@@ -157,12 +166,15 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
         Err(_) => return Err("the control thread died while starting".into()),
     };
 
-    let stop = Arc::new(AtomicBool::new(false));
+    let (signals, signal_receivers): (Vec<_>, Vec<_>) =
+        (0..nr_shards).map(|_| unbounded::<ShardSignal>()).unzip();
+    let signal_receivers = Arc::new(Mutex::new(
+        signal_receivers.into_iter().map(Some).collect::<Vec<_>>(),
+    ));
     let (retry, controlled) = (
         config.controlled_shutdown,
         config.zookeeper.is_some() && config.controlled_shutdown.enable,
     );
-    let shutdown_requested = Arc::new(AtomicBool::new(false));
     let (shutdown_done_tx, shutdown_done_rx) = mpsc::channel::<()>();
     let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
     let shard_ends: Arc<Mutex<Vec<Option<ShardControlEnds>>>> =
@@ -177,18 +189,17 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
     let sockets: Arc<Mutex<Option<Result<ListenerSockets, String>>>> = Arc::new(Mutex::new(None));
     let max_in_flight_mesh_jobs = runtime.max_in_flight_mesh_jobs;
     let shard_dirs = dirs.clone();
-    let shard_stop = stop.clone();
-    let shard_shutdown = (shutdown_requested.clone(), shutdown_done_tx);
     let loaded = Arc::new(std::sync::Barrier::new(nr_shards));
     let quotas = Arc::new(ReplicationQuotas::default());
     let shards =
         spawn_shards::<ShardBroker, _, _, ()>(&runtime, move |start: ShardStart<ShardBroker>| {
-            let shutdown_requested = shard_shutdown.0.clone();
-            let shutdown_done = shard_shutdown.1.clone();
-            let (config, dirs, stop, image, ready, loaded) = (
+            let shutdown_done = shutdown_done_tx.clone();
+            let mut signals = signal_receivers.lock().unwrap()[start.shard_id]
+                .take()
+                .expect("one signal receiver per shard");
+            let (config, dirs, image, ready, loaded) = (
                 config.clone(),
                 shard_dirs.clone(),
-                shard_stop.clone(),
                 initial_image.clone(),
                 ready_tx.clone(),
                 loaded.clone(),
@@ -290,16 +301,14 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
                     glommio::spawn_local(metrics::http::serve(listener, broker.clone()))
                 });
                 let _ = ready.send(Ok(()));
-                while !stop.load(Ordering::Acquire) {
-                    if start.shard_id == 0 && shutdown_requested.swap(false, Ordering::AcqRel) {
-                        let (broker, done) = (broker.clone(), shutdown_done.clone());
-                        glommio::spawn_local(async move {
-                            controlled_shutdown::controlled_shutdown(&broker).await;
-                            let _ = done.send(());
-                        })
-                        .detach();
-                    }
-                    glommio::timer::sleep(STOP_POLL_INTERVAL).await;
+                // A dropped sender stops the shard too.
+                while let Some(ShardSignal::ControlledShutdown) = signals.next().await {
+                    let (broker, done) = (broker.clone(), shutdown_done.clone());
+                    glommio::spawn_local(async move {
+                        controlled_shutdown::controlled_shutdown(&broker).await;
+                        let _ = done.send(());
+                    })
+                    .detach();
                 }
                 for acceptor in acceptors {
                     acceptor.cancel().await;
@@ -313,7 +322,7 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
                 broker.groups.shutdown();
                 let drain_deadline = Instant::now() + SHUTDOWN_DRAIN_TIMEOUT;
                 while in_flight.connections() > 0 && Instant::now() < drain_deadline {
-                    glommio::timer::sleep(STOP_POLL_INTERVAL).await;
+                    glommio::timer::sleep(DRAIN_POLL_INTERVAL).await;
                 }
                 log_manager.shutdown().await;
                 broker.mesh().close();
@@ -330,8 +339,8 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
     let bound =
         (Duration::from_secs(30) + Duration::from_millis(retry.retry_backoff_ms)) * attempts;
     Ok(RunningBroker {
-        controlled_shutdown: controlled.then_some((shutdown_requested, shutdown_done_rx, bound)),
-        stop,
+        controlled_shutdown: controlled.then_some((shutdown_done_rx, bound)),
+        signals,
         shards,
         control,
         dirs,
@@ -361,13 +370,15 @@ impl RunningBroker {
     /// leaderships (controlled shutdown); then answers in-flight requests,
     /// flushes every log, writes the checkpoints and the clean-shutdown marker.
     pub fn stop(self) -> Result<(), Box<dyn std::error::Error>> {
-        if let Some((requested, done, bound)) = &self.controlled_shutdown {
-            requested.store(true, Ordering::Release);
+        if let Some((done, bound)) = &self.controlled_shutdown {
+            let _ = self.signals[0].unbounded_send(ShardSignal::ControlledShutdown);
             if done.recv_timeout(*bound).is_err() {
                 warn!("controlled shutdown did not end within {bound:?}; stopping anyway");
             }
         }
-        self.stop.store(true, Ordering::Release);
+        for signal in &self.signals {
+            let _ = signal.unbounded_send(ShardSignal::Stop);
+        }
         for shard in self.shards {
             shard.join().map_err(|error| error.to_string())?;
         }

@@ -108,6 +108,9 @@ pub struct PartitionCheckpoint {
 #[derive(Debug, Default)]
 struct DirState {
     partitions: BTreeMap<TopicPartition, PartitionCheckpoint>,
+    /// What the checkpoint files hold, once written: an unchanged dir is not
+    /// written again (an idle broker does no disk work).
+    written: Option<BTreeMap<TopicPartition, PartitionCheckpoint>>,
 }
 
 pub struct LogDir {
@@ -373,11 +376,17 @@ impl LogDirs {
 
     /// Writes every online directory's checkpoint files.
     pub fn write_checkpoints(&self) -> io::Result<()> {
-        let snapshot: Vec<BTreeMap<TopicPartition, PartitionCheckpoint>> = {
+        let snapshot: Vec<Option<BTreeMap<TopicPartition, PartitionCheckpoint>>> = {
             let state = self.state.lock().unwrap();
-            state.iter().map(|s| s.partitions.clone()).collect()
+            state
+                .iter()
+                .map(|s| (s.written.as_ref() != Some(&s.partitions)).then(|| s.partitions.clone()))
+                .collect()
         };
-        for (dir, partitions) in self.dirs.iter().zip(snapshot) {
+        for (index, (dir, partitions)) in self.dirs.iter().zip(snapshot).enumerate() {
+            let Some(partitions) = partitions else {
+                continue;
+            };
             if dir.health.is_offline() {
                 continue;
             }
@@ -412,8 +421,11 @@ impl LogDirs {
                     &lines(&|c| c.first_dirty_offset),
                 )
             });
-            if let Err(error) = result {
-                dir.health.on_error(error.into());
+            match result {
+                Ok(()) => self.state.lock().unwrap()[index].written = Some(partitions),
+                Err(error) => {
+                    dir.health.on_error(error.into());
+                }
             }
         }
         Ok(())
