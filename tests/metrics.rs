@@ -216,4 +216,85 @@ fn counters_move_by_what_was_produced_and_fetched() {
         .filter(|(name, _)| name == "ringbroker_shard_tasks_executed_total")
         .count();
     assert_eq!(shards, 2, "one series per shard");
+
+    // Every Produce in each of Kafka's request phases; the ten stored
+    // batches each in AppendTimeMs and, acks=all, AcksWaitTimeMs.
+    let phases = [
+        "requestqueuetimems",
+        "localtimems",
+        "remotetimems",
+        "throttletimems",
+        "responsequeuetimems",
+        "responsesendtimems",
+    ];
+    let produce = "request=Produce";
+    for phase in phases.iter().chain(&["totaltimems"]) {
+        let name = format!("kafka_network_requestmetrics_{phase}_count");
+        assert_eq!(delta(&name, produce), 11.0, "{phase}");
+    }
+    for phase in ["appendtimems", "ackswaittimems"] {
+        let name = format!("ringbroker_requestmetrics_{phase}_count");
+        assert_eq!(delta(&name, produce), 10.0, "{phase}");
+    }
+    // The phases add up to the total (each is counted in whole microseconds).
+    let phase_sum_ms: f64 = phases
+        .iter()
+        .map(|phase| {
+            delta(
+                &format!("kafka_network_requestmetrics_{phase}_sum"),
+                produce,
+            )
+        })
+        .sum();
+    let total_ms = delta("kafka_network_requestmetrics_totaltimems_sum", produce);
+    assert!(
+        total_ms > 0.0 && (phase_sum_ms - total_ms).abs() < 0.1,
+        "{phase_sum_ms} against {total_ms}"
+    );
+    // Cumulative buckets, +Inf holding every request.
+    let bucket = "kafka_network_requestmetrics_totaltimems_bucket";
+    let inf = value(&after, bucket, "le=+Inf,request=Produce");
+    assert_eq!(
+        inf - value(&before, bucket, "le=+Inf,request=Produce"),
+        11.0
+    );
+    assert!(after
+        .iter()
+        .filter(|((name, labels), _)| name == bucket && labels.ends_with(produce))
+        .all(|(_, count)| *count <= inf));
+
+    // The slowest requests, slowest first, each phase by phase.
+    let (status, body) = http_get(port, "/slow_requests?since_ms=0&limit=100");
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    let listing: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let requests = listing["requests"].as_array().unwrap();
+    let totals: Vec<f64> = requests
+        .iter()
+        .map(|r| r["total_ms"].as_f64().unwrap())
+        .collect();
+    assert!(
+        totals.windows(2).all(|pair| pair[0] >= pair[1]),
+        "{totals:?}"
+    );
+    assert!(requests
+        .iter()
+        .any(|r| r["api"] == "Produce" && r["api_version"] == 9));
+    assert!(requests.iter().any(|r| r["api"] == "Fetch"));
+    for request in requests {
+        let phases = request["phases_ms"].as_object().unwrap();
+        assert_eq!(phases.len(), 7);
+        let sum: f64 = phases
+            .iter()
+            .filter(|(name, _)| *name != "TotalTimeMs")
+            .map(|(_, ms)| ms.as_f64().unwrap())
+            .sum();
+        assert!(
+            (sum - request["total_ms"].as_f64().unwrap()).abs() < 0.01,
+            "{request}"
+        );
+    }
+    let future_ms = shards::log::wall_clock_ms() + 60_000;
+    let (_, body) = http_get(port, &format!("/slow_requests?since_ms={future_ms}"));
+    let listing: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(listing["requests"].as_array().unwrap().len(), 0);
 }

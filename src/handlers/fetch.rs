@@ -307,6 +307,7 @@ pub async fn handle(
                 )
             })
             .collect();
+        ctx.times.local_complete_at(Instant::now());
         ctx.broker.park_fetch(seen, watched, deadline).await;
     };
 

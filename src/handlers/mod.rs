@@ -44,14 +44,17 @@ mod update_metadata;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
-use std::time::Duration;
+use std::time::Instant;
 
 use bytes::Bytes;
 use kafka_protocol::messages::{ApiKey, RequestHeader};
 use kafka_protocol::protocol::{Decodable, Encodable};
+use shards::log::wall_clock_ms;
 use tracing::debug;
 
 use crate::metrics::errors::ResponseErrors;
+use crate::metrics::request_metrics::RequestTimes;
+use crate::metrics::slow_requests::SlowRequest;
 use crate::network::{ConnectionInfo, Dispatcher, Outcome};
 use crate::protocol::inter_broker;
 use crate::protocol::{
@@ -74,6 +77,8 @@ pub struct RequestContext {
     pub client_host: String,
     /// What this listener serves.
     pub apis: Rc<ApiTable>,
+    /// Where the request's time goes; handlers mark the end of their local part.
+    pub times: Rc<RequestTimes>,
 }
 
 impl RequestContext {
@@ -358,6 +363,7 @@ impl Dispatcher for RequestDispatcher {
         &self,
         connection: &ConnectionInfo,
         mut frame: Bytes,
+        times: &Rc<RequestTimes>,
     ) -> Result<Outcome, FrameError> {
         let (key, version) = peek_api(&frame)?;
         let unsupported = FrameError::Unsupported {
@@ -377,6 +383,7 @@ impl Dispatcher for RequestDispatcher {
             return Err(unsupported);
         }
         let header = decode_header((api.request_header_version)(version), &mut frame)?;
+        times.dequeued(version, header.correlation_id);
         debug!(
             api = key,
             version,
@@ -389,6 +396,7 @@ impl Dispatcher for RequestDispatcher {
             listener_name: connection.listener_name.clone(),
             client_host: connection.client_host.clone(),
             apis: self.apis.clone(),
+            times: times.clone(),
         };
         (api.serve)(&ctx, frame, version).await
     }
@@ -399,8 +407,37 @@ impl Dispatcher for RequestDispatcher {
             .record_error(api_key, ResponseError::UnsupportedVersion.code());
     }
 
-    fn request_answered(&self, api_key: i16, elapsed: Duration) {
-        self.broker.metrics.record_request(api_key, elapsed);
+    fn request_answered(
+        &self,
+        api_key: i16,
+        connection: &ConnectionInfo,
+        times: &RequestTimes,
+        responded: Instant,
+        send_started: Instant,
+    ) {
+        let phases = times.phases(responded, send_started, Instant::now());
+        let metrics = &self.broker.metrics;
+        metrics.record_request(api_key, &phases);
+        let now_ms = wall_clock_ms();
+        let total = phases[6];
+        if !metrics.slow_requests.borrow().keeps(now_ms, total) {
+            return;
+        }
+        let (api_version, correlation_id) = times.identity().unwrap_or((-1, -1));
+        metrics.slow_requests.borrow_mut().record(
+            now_ms,
+            SlowRequest {
+                shard: self.broker.shard_id,
+                received_wall_ms: now_ms - total.as_millis() as i64,
+                received: times.received,
+                api_key,
+                api_version,
+                correlation_id,
+                client_host: connection.client_host.clone(),
+                phases,
+                mesh_jobs_in_flight: self.broker.mesh().jobs_in_flight(),
+            },
+        );
     }
 }
 

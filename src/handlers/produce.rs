@@ -71,7 +71,13 @@ pub async fn handle(
             }
         }
     });
-    let mut results = join_all(appends).await.into_iter();
+    let results = join_all(appends).await;
+    // The request's local part ends with its last append; acks=all then
+    // waits on the ISR (RemoteTimeMs).
+    if let Some(appended) = results.iter().flatten().filter_map(|r| r.appended_at).max() {
+        ctx.times.local_complete_at(appended);
+    }
+    let mut results = results.into_iter();
     let mut responses = Vec::with_capacity(topics.len());
     for (name, topic_id, indexes) in topics {
         let mut partitions = Vec::with_capacity(indexes.len());

@@ -1,16 +1,21 @@
 //! The metrics endpoint: a minimal HTTP/1.1 server on shard 0 for Prometheus
-//! (`GET /metrics`, the text exposition of every shard's metrics) and for
-//! probes (`GET /health`, 200 once the broker serves clients). One request per
-//! connection, bounded in size and time.
+//! (`GET /metrics`, the text exposition of every shard's metrics), for
+//! probes (`GET /health`, 200 once the broker serves clients) and for a look
+//! at a tail (`GET /slow_requests?since_ms=<epoch ms>&limit=<n>`: the slowest
+//! requests since then as JSON, each with what the shards were doing
+//! meanwhile). One request per connection, bounded in size and time.
 
 use std::io;
 use std::rc::Rc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::{TcpListener, TcpStream};
 use tracing::{debug, warn};
 
+use shards::log::wall_clock_ms;
+
+use super::slow_requests::{self, ShardSlowRequests};
 use super::{render, MetricsSnapshot};
 use crate::server::broker::ShardBroker;
 
@@ -45,6 +50,40 @@ pub fn api_name(api_key: i16) -> String {
         Ok(key) => format!("{key:?}"),
         Err(_) => format!("Unknown{api_key}"),
     }
+}
+
+/// Requests listed by `/slow_requests` unless `limit` says otherwise.
+const DEFAULT_SLOW_REQUESTS: usize = 20;
+
+/// Every shard's slow requests since `since_ms` and its activities.
+async fn collect_slow_requests(broker: &Rc<ShardBroker>, since_ms: i64) -> Vec<ShardSlowRequests> {
+    let mesh = broker.mesh();
+    let mut shards = Vec::with_capacity(mesh.nr_shards());
+    for shard in 0..mesh.nr_shards() {
+        let listed = mesh
+            .invoke_on(shard, broker, move |broker: Rc<ShardBroker>| async move {
+                broker.slow_requests(since_ms)
+            })
+            .await;
+        if let Ok(listed) = listed {
+            shards.push(listed);
+        }
+    }
+    shards
+}
+
+/// `since_ms` and `limit` from a query string (`a=1&b=2`).
+fn slow_request_query(query: &str) -> (i64, usize) {
+    let mut since_ms = 0;
+    let mut limit = DEFAULT_SLOW_REQUESTS;
+    for pair in query.split('&') {
+        match pair.split_once('=') {
+            Some(("since_ms", value)) => since_ms = value.parse().unwrap_or(since_ms),
+            Some(("limit", value)) => limit = value.parse().unwrap_or(limit),
+            _ => {}
+        }
+    }
+    (since_ms, limit)
 }
 
 /// Every shard's snapshot, collected over the mesh.
@@ -108,7 +147,8 @@ async fn answer(mut stream: TcpStream, broker: &Rc<ShardBroker>) -> io::Result<(
     .await?;
     let request_line = String::from_utf8_lossy(&head);
     let mut words = request_line.split_whitespace();
-    let (method, path) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+    let (method, target) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
     let (status, content_type, body) = match (method, path) {
         ("GET", "/metrics") => (
             "200 OK",
@@ -116,6 +156,13 @@ async fn answer(mut stream: TcpStream, broker: &Rc<ShardBroker>) -> io::Result<(
             render(&collect(broker).await, api_name, error_name),
         ),
         ("GET", "/health") => ("200 OK", "text/plain", "ok\n".to_owned()),
+        ("GET", "/slow_requests") => {
+            let (since_ms, limit) = slow_request_query(query);
+            let shards = collect_slow_requests(broker, since_ms).await;
+            let listing =
+                slow_requests::render(&shards, limit, Instant::now(), wall_clock_ms(), api_name);
+            ("200 OK", "application/json", format!("{listing}\n"))
+        }
         ("GET", _) => ("404 Not Found", "text/plain", "not found\n".to_owned()),
         _ => (
             "405 Method Not Allowed",

@@ -7,18 +7,19 @@
 //! renders their sum (`http.rs` serves it).
 
 pub mod errors;
+pub mod histogram;
 pub mod http;
+pub mod request_metrics;
+pub mod slow_requests;
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
 use std::time::{Duration, Instant};
 
-/// Upper bounds (ms) of the request time histogram's buckets, +Inf beside them.
-const TIME_BUCKETS_MS: &[f64] = &[
-    0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0,
-    10000.0, 30000.0,
-];
+use self::histogram::LatencyHistogram;
+use self::request_metrics::Phase;
+use self::slow_requests::SlowRequests;
 
 /// Distinct topics a shard keeps counters for; a client naming ever more topics
 /// (each refused) cannot grow it without bound.
@@ -39,35 +40,22 @@ impl TopicCounters {
     }
 }
 
-/// One API's requests: how many, how long (TotalTimeMs), and the error codes
-/// its responses carried.
-#[derive(Debug, Clone, PartialEq)]
+/// One API's requests: how many, how long in each phase, and the error
+/// codes its responses carried.
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct RequestStats {
     pub count: u64,
-    /// Requests per bucket of TIME_BUCKETS_MS (rendered cumulatively).
-    pub time_buckets: Vec<u64>,
-    pub time_sum_ms: f64,
+    /// Only the phases the API has seen.
+    pub phases: BTreeMap<Phase, LatencyHistogram>,
     pub errors: BTreeMap<i16, u64>,
-}
-
-impl Default for RequestStats {
-    fn default() -> Self {
-        Self {
-            count: 0,
-            time_buckets: vec![0; TIME_BUCKETS_MS.len()],
-            time_sum_ms: 0.0,
-            errors: BTreeMap::new(),
-        }
-    }
 }
 
 impl RequestStats {
     fn add(&mut self, other: &Self) {
         self.count += other.count;
-        for (mine, theirs) in self.time_buckets.iter_mut().zip(&other.time_buckets) {
-            *mine += theirs;
+        for (phase, histogram) in &other.phases {
+            self.phases.entry(*phase).or_default().add(histogram);
         }
-        self.time_sum_ms += other.time_sum_ms;
         for (code, count) in &other.errors {
             *self.errors.entry(*code).or_default() += count;
         }
@@ -147,6 +135,7 @@ pub struct ShardMetrics {
     requests: RefCell<BTreeMap<i16, RequestStats>>,
     /// (wall time, executor runtime) at the previous scrape, for the busy ratio.
     last_scrape: Cell<(Instant, Duration)>,
+    pub slow_requests: RefCell<SlowRequests>,
 }
 
 impl Default for ShardMetrics {
@@ -155,6 +144,7 @@ impl Default for ShardMetrics {
             topics: RefCell::new(HashMap::new()),
             requests: RefCell::new(BTreeMap::new()),
             last_scrape: Cell::new((Instant::now(), Duration::ZERO)),
+            slow_requests: RefCell::new(SlowRequests::default()),
         }
     }
 }
@@ -184,16 +174,28 @@ impl ShardMetrics {
         }
     }
 
-    /// One request of `api` answered after `elapsed` (RequestsPerSec, TotalTimeMs).
-    pub fn record_request(&self, api_key: i16, elapsed: Duration) {
-        let elapsed_ms = elapsed.as_secs_f64() * 1000.0;
+    /// One request of `api` answered, its time in each of `Phase::REQUEST`
+    /// (RequestsPerSec, TotalTimeMs and the other phases).
+    pub fn record_request(&self, api_key: i16, phases: &[Duration; 7]) {
         let mut requests = self.requests.borrow_mut();
         let stats = requests.entry(api_key).or_default();
         stats.count += 1;
-        stats.time_sum_ms += elapsed_ms;
-        if let Some(bucket) = TIME_BUCKETS_MS.iter().position(|le| elapsed_ms <= *le) {
-            stats.time_buckets[bucket] += 1;
+        for (phase, elapsed) in Phase::REQUEST.iter().zip(phases) {
+            stats.phases.entry(*phase).or_default().record(*elapsed);
         }
+    }
+
+    /// A partition's part of a request of `api` (ringbroker's own phases).
+    pub fn record_phase(&self, api_key: i16, phase: Phase, elapsed: Duration) {
+        assert!(!Phase::REQUEST.contains(&phase), "recorded per request");
+        self.requests
+            .borrow_mut()
+            .entry(api_key)
+            .or_default()
+            .phases
+            .entry(phase)
+            .or_default()
+            .record(elapsed);
     }
 
     /// An error code a response of `api` carried (ErrorsPerSec).
@@ -333,28 +335,33 @@ pub fn render(
             );
         }
     }
-    let name = header(
-        &mut out,
-        "kafka_network_requestmetrics_totaltimems",
-        "histogram",
-        "Time from a request's arrival to its response, ms (TotalTimeMs).",
-    );
-    for (api, stats) in &requests {
-        let mut cumulative = 0;
-        for (le, count) in TIME_BUCKETS_MS.iter().zip(&stats.time_buckets) {
-            cumulative += count;
+    // Each phase's histogram lists only its occupied buckets: their bounds
+    // are the same everywhere (`histogram::bucket_upper_bound_us`), so two
+    // scrapes subtract bucket by bucket.
+    for phase in Phase::ALL {
+        let name = header(&mut out, &phase.metric_name(), "histogram", phase.help());
+        for (api, stats) in &requests {
+            let Some(histogram) = stats.phases.get(&phase) else {
+                continue;
+            };
+            let mut cumulative = 0;
+            for (index, count) in histogram.occupied() {
+                cumulative += count;
+                let le_ms = histogram::bucket_upper_bound_us(index) as f64 / 1000.0;
+                let _ = writeln!(
+                    out,
+                    "{name}_bucket{{request=\"{api}\",le=\"{le_ms}\"}} {cumulative}"
+                );
+            }
+            let count = histogram.count();
+            let sum_ms = histogram.sum_us() as f64 / 1000.0;
             let _ = writeln!(
                 out,
-                "{name}_bucket{{request=\"{api}\",le=\"{le}\"}} {cumulative}"
+                "{name}_bucket{{request=\"{api}\",le=\"+Inf\"}} {count}"
             );
+            let _ = writeln!(out, "{name}_sum{{request=\"{api}\"}} {sum_ms}");
+            let _ = writeln!(out, "{name}_count{{request=\"{api}\"}} {count}");
         }
-        let _ = writeln!(
-            out,
-            "{name}_bucket{{request=\"{api}\",le=\"+Inf\"}} {}",
-            stats.count
-        );
-        let _ = writeln!(out, "{name}_sum{{request=\"{api}\"}} {}", stats.time_sum_ms);
-        let _ = writeln!(out, "{name}_count{{request=\"{api}\"}} {}", stats.count);
     }
 
     let logs = snapshots.iter().flat_map(|s| &s.logs);

@@ -11,7 +11,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::rc::Rc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
@@ -21,6 +21,7 @@ use shards::log::FileRecords;
 use tracing::{debug, info, warn};
 
 use crate::config::ListenerConfig;
+use crate::metrics::request_metrics::RequestTimes;
 use crate::protocol::{peek_api, FrameError, FramePart};
 
 /// Scrapers waiting to be accepted by the metrics endpoint.
@@ -51,16 +52,25 @@ pub enum Outcome {
 /// responses, the dispatcher turns one into the other.
 #[allow(async_fn_in_trait)] // called on the shard that owns the connection only
 pub trait Dispatcher {
+    /// Serves one request; the handler marks its phases on `times`.
     async fn dispatch(
         &self,
         connection: &ConnectionInfo,
         frame: Bytes,
+        times: &Rc<RequestTimes>,
     ) -> Result<Outcome, FrameError>;
     /// A request whose API or version is not served: the connection closes.
     fn request_refused(&self, api_key: i16);
-    /// A request answered, `elapsed` from its read to its response sent
-    /// (Kafka's TotalTimeMs).
-    fn request_answered(&self, api_key: i16, elapsed: Duration);
+    /// A request answered: its response complete at `responded`, sent from
+    /// `send_started` until now.
+    fn request_answered(
+        &self,
+        api_key: i16,
+        connection: &ConnectionInfo,
+        times: &RequestTimes,
+        responded: Instant,
+        send_started: Instant,
+    );
 }
 
 /// Bounds every connection of a listener keeps to.
@@ -477,9 +487,13 @@ async fn serve_connection(
         let frame = read_frame(&mut stream, size as usize)
             .await
             .map_err(ConnectionError::Peer)?;
-        let received = std::time::Instant::now();
+        let times = Rc::new(RequestTimes::new(Instant::now()));
         let api_key = peek_api(&frame).map_or(-1, |(api_key, _)| api_key);
-        let outcome = dispatcher.dispatch(&connection, Bytes::from(frame)).await;
+        let outcome = dispatcher
+            .dispatch(&connection, Bytes::from(frame), &times)
+            .await;
+        let responded = Instant::now();
+        let send_started = Instant::now();
         match outcome {
             Ok(Outcome::Respond(response)) => stream
                 .write_all(&response)
@@ -496,7 +510,6 @@ async fn serve_connection(
                 return Err(ConnectionError::Protocol(error.to_string()));
             }
         }
-        // Kafka's TotalTimeMs: from the request read to its response sent.
-        dispatcher.request_answered(api_key, received.elapsed());
+        dispatcher.request_answered(api_key, &connection, &times, responded, send_started);
     }
 }

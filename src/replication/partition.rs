@@ -72,6 +72,8 @@ pub struct AppendResult {
     pub base_offset: i64,
     pub log_append_time_ms: i64,
     pub log_start_offset: i64,
+    /// When the leader's append was done (what follows is the ISR's wait).
+    pub appended_at: Option<Instant>,
 }
 
 impl AppendResult {
@@ -82,6 +84,7 @@ impl AppendResult {
             base_offset: -1,
             log_append_time_ms: -1,
             log_start_offset: -1,
+            appended_at: None,
         }
     }
 }

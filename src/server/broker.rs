@@ -13,7 +13,9 @@ use std::time::Instant;
 use bytes::Bytes;
 use futures_lite::future::or;
 use glommio::sync::Semaphore;
+use kafka_protocol::messages::ApiKey;
 use shards::log::{LogManager, TopicPartition, WatchedOffset};
+use shards::runtime::activity;
 use shards::runtime::ShardMesh;
 
 use super::control::ControlClient;
@@ -22,6 +24,8 @@ use super::producer_id_manager::ProducerIdManager;
 use crate::config::BrokerConfig;
 use crate::coordinator::group::{partition_for, GroupCoordinator, GROUP_METADATA_TOPIC_NAME};
 use crate::metadata::image::MetadataImage;
+use crate::metrics::request_metrics::Phase;
+use crate::metrics::slow_requests::ShardSlowRequests;
 use crate::metrics::{ControllerGauges, LogGauges, MetricsSnapshot, ShardMetrics};
 use crate::protocol::ResponseError;
 use crate::replication::quota::ReplicationQuotas;
@@ -146,6 +150,26 @@ impl ShardBroker {
             parked_fetches: self.replica_manager.parked_fetch_count() as u64,
             groups_by_state,
             shard,
+        }
+    }
+
+    /// This shard's slow requests since `since_ms`, and the activities it
+    /// remembers from their time on.
+    pub fn slow_requests(&self, since_ms: i64) -> ShardSlowRequests {
+        let requests = self.metrics.slow_requests.borrow().since(since_ms);
+        let from = requests.iter().map(|r| r.received).min();
+        let (activities, activities_since) = match from {
+            Some(from) => activity::overlapping(from, Instant::now()),
+            None => (
+                Vec::new(),
+                activity::overlapping(Instant::now(), Instant::now()).1,
+            ),
+        };
+        ShardSlowRequests {
+            shard: self.shard_id,
+            requests,
+            activities,
+            activities_since,
         }
     }
 
@@ -298,33 +322,50 @@ impl ShardBroker {
             );
         }
         let appended = self
-            .on_leader_partition(topic, partition, move |partition| async move {
-                let info = match partition
-                    .append_records_to_leader(records, required_acks)
-                    .await
-                {
-                    Ok(info) => info,
-                    Err(error) => return Ok(Err(error)),
-                };
-                if required_acks == -1 {
-                    if let Err(error) = partition
-                        .wait_for_replication(info.last_offset, deadline)
+            .on_leader_partition(
+                ApiKey::Produce,
+                topic,
+                partition,
+                move |partition| async move {
+                    let started = Instant::now();
+                    let info = match partition
+                        .append_records_to_leader(records, required_acks)
                         .await
                     {
-                        return Ok(Err(AppendError::Refused(error)));
+                        Ok(info) => info,
+                        Err(error) => return Ok(Err(error)),
+                    };
+                    let appended = Instant::now();
+                    if required_acks == -1 {
+                        if let Err(error) = partition
+                            .wait_for_replication(info.last_offset, deadline)
+                            .await
+                        {
+                            return Ok(Err(AppendError::Refused(error)));
+                        }
                     }
-                }
-                Ok(Ok(info))
-            })
+                    Ok(Ok((info, started, appended, Instant::now())))
+                },
+            )
             .await;
         match appended {
-            Ok(Ok(info)) => AppendResult {
-                error: None,
-                error_message: None,
-                base_offset: info.first_offset,
-                log_append_time_ms: info.log_append_time_ms,
-                log_start_offset: info.log_start_offset,
-            },
+            Ok(Ok((info, started, appended, replicated))) => {
+                let produce = ApiKey::Produce as i16;
+                self.metrics
+                    .record_phase(produce, Phase::Append, appended - started);
+                if required_acks == -1 {
+                    self.metrics
+                        .record_phase(produce, Phase::AcksWait, replicated - appended);
+                }
+                AppendResult {
+                    error: None,
+                    error_message: None,
+                    base_offset: info.first_offset,
+                    log_append_time_ms: info.log_append_time_ms,
+                    log_start_offset: info.log_start_offset,
+                    appended_at: Some(appended),
+                }
+            }
             Ok(Err(error)) => AppendResult::error(error.response_error(), error.message()),
             Err(error) => AppendResult::error(error, None),
         }
@@ -339,11 +380,11 @@ impl ShardBroker {
         request: PartitionFetch,
     ) -> ReadResult {
         let leader_only = !request.from_any_replica;
-        self.on_partition(topic, partition, leader_only, move |partition| async move {
-            Ok(partition.fetch(request).await)
-        })
-        .await
-        .unwrap_or_else(ReadResult::error)
+        let fetch =
+            move |partition: Rc<Partition>| async move { Ok(partition.fetch(request).await) };
+        self.on_partition(ApiKey::Fetch, topic, partition, leader_only, fetch)
+            .await
+            .unwrap_or_else(ReadResult::error)
     }
 
     /// OffsetForLeaderEpoch on the owning shard: where `leader_epoch` ends.
@@ -354,7 +395,8 @@ impl ShardBroker {
         current_leader_epoch: i32,
         leader_epoch: i32,
     ) -> Result<(i32, i64), ResponseError> {
-        self.on_leader_partition(topic, partition, move |partition| async move {
+        let api = ApiKey::OffsetForLeaderEpoch;
+        self.on_leader_partition(api, topic, partition, move |partition| async move {
             partition.last_offset_for_leader_epoch(current_leader_epoch, leader_epoch)
         })
         .await
@@ -428,7 +470,8 @@ impl ShardBroker {
         current_leader_epoch: i32,
         from_follower: bool,
     ) -> Result<OffsetAndEpoch, ResponseError> {
-        self.on_leader_partition(topic, partition, move |partition| async move {
+        let api = ApiKey::ListOffsets;
+        self.on_leader_partition(api, topic, partition, move |partition| async move {
             partition
                 .fetch_offset_for_timestamp(timestamp, current_leader_epoch, from_follower)
                 .await
@@ -491,7 +534,8 @@ impl ShardBroker {
         partition: i32,
         offset: i64,
     ) -> Result<i64, ResponseError> {
-        self.on_leader_partition(topic, partition, move |partition| async move {
+        let api = ApiKey::DeleteRecords;
+        self.on_leader_partition(api, topic, partition, move |partition| async move {
             partition.delete_records_on_leader(offset).await
         })
         .await
@@ -501,6 +545,7 @@ impl ShardBroker {
     /// its `Partition`; NOT_LEADER_OR_FOLLOWER when the shard no longer has it.
     async fn on_leader_partition<T, F, Fut>(
         self: &Rc<Self>,
+        api: ApiKey,
         topic: &str,
         partition: i32,
         work: F,
@@ -510,13 +555,15 @@ impl ShardBroker {
         F: FnOnce(Rc<Partition>) -> Fut + Send + 'static,
         Fut: Future<Output = Result<T, ResponseError>> + 'static,
     {
-        self.on_partition(topic, partition, true, work).await
+        self.on_partition(api, topic, partition, true, work).await
     }
 
     /// Runs `work` on the shard of this broker's replica of a partition
-    /// (which it must lead, with `leader_only`).
+    /// (which it must lead, with `leader_only`), for a request of `api`: a hop
+    /// to another shard counts in the API's MeshWaitTimeMs.
     async fn on_partition<T, F, Fut>(
         self: &Rc<Self>,
+        api: ApiKey,
         topic: &str,
         partition: i32,
         leader_only: bool,
@@ -529,17 +576,33 @@ impl ShardBroker {
     {
         let shard = self.replica_shard(topic, partition, leader_only)?;
         let tp = TopicPartition::new(topic, partition);
-        self.mesh()
+        let sent = Instant::now();
+        let answer = self
+            .mesh()
             .invoke_on(shard, self, move |broker: Rc<ShardBroker>| async move {
+                let waited = sent.elapsed();
                 let replicas = &broker.replica_manager;
                 let partition = if leader_only {
-                    replicas.leader_partition(&tp)?
+                    replicas.leader_partition(&tp)
                 } else {
-                    replicas.online_partition(&tp)?
+                    replicas.online_partition(&tp)
                 };
-                work(partition).await
+                let done = match partition {
+                    Ok(partition) => work(partition).await,
+                    Err(error) => Err(error),
+                };
+                (waited, done)
             })
-            .await
-            .unwrap_or(Err(ResponseError::NotLeaderOrFollower))
+            .await;
+        match answer {
+            Ok((waited, done)) => {
+                if shard != self.shard_id {
+                    self.metrics
+                        .record_phase(api as i16, Phase::MeshWait, waited);
+                }
+                done
+            }
+            Err(_) => Err(ResponseError::NotLeaderOrFollower),
+        }
     }
 }

@@ -6,6 +6,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use std::time::Instant;
 
 use glommio::sync::{Permit, Semaphore};
 use tracing::{info, warn};
@@ -25,6 +26,7 @@ use super::record_batch::{
 };
 use super::segment::{AppendedBatch, FileSlice, LogSegment};
 use super::{LogConfig, LogError, TimestampPolicy, TopicCompression, TopicPartition};
+use crate::runtime::activity::{self, ActivityKind};
 
 /// Takes a one-permit lock. The semaphores are never closed.
 async fn permit(lock: &Semaphore) -> Permit<'_> {
@@ -676,6 +678,7 @@ impl Log {
     }
 
     async fn roll_locked(&self, now_ms: i64) -> Result<Rc<LogSegment>, LogError> {
+        let started = Instant::now();
         let old = self.active_segment();
         let base = self.log_end_offset();
         if old.base_offset() == base {
@@ -720,6 +723,7 @@ impl Log {
                 .set(flush_state.recovery_point.get().max(base));
         })
         .detach();
+        activity::record(ActivityKind::SegmentRoll, started);
         Ok(segment)
     }
 

@@ -5,7 +5,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
 
@@ -13,6 +13,7 @@ use super::blocking::run_blocking;
 use super::file_names::{DELETE_DIR_SUFFIX, FUTURE_DIR_SUFFIX, PARTITION_METADATA_FILE};
 use super::log::sync_copy;
 use super::log_dirs::{LogDirs, PartitionCheckpoint};
+use crate::runtime::activity::{self, ActivityKind};
 
 use super::{wall_clock_ms, Log, LogConfig, LogError, LogOpenParams, TopicPartition};
 
@@ -227,6 +228,7 @@ impl LogManager {
         self.logs.borrow_mut().insert(tp.clone(), moved.clone());
         // How long the copy ran while the log served, then until the log
         // took writes again here.
+        activity::record(ActivityKind::LogMoveHeld, copied);
         let (copy_ms, held_ms) = (
             copied.duration_since(started).as_millis() as u64,
             copied.elapsed().as_millis() as u64,
@@ -262,14 +264,17 @@ impl LogManager {
     }
 
     pub async fn retention_pass(&self, now_ms: i64) {
+        let started = Instant::now();
         for log in self.logs() {
             if let Err(error) = log.delete_retained_segments(now_ms).await {
                 warn!(partition = %log.topic_partition(), %error, "retention failed");
             }
         }
+        activity::record(ActivityKind::RetentionPass, started);
     }
 
     pub async fn cleaner_pass(&self, now_ms: i64) {
+        let started = Instant::now();
         for log in self.logs() {
             if let Err(error) = log
                 .clean(now_ms, self.config.cleaner_dedupe_buffer_bytes)
@@ -278,6 +283,7 @@ impl LogManager {
                 warn!(partition = %log.topic_partition(), %error, "cleaning failed");
             }
         }
+        activity::record(ActivityKind::CleanerPass, started);
     }
 
     pub async fn flush_pass(&self, now_ms: i64) {
@@ -310,9 +316,11 @@ impl LogManager {
                 m.publish_checkpoints();
                 if m.shard_id == 0 {
                     let dirs = m.dirs.clone();
+                    let started = Instant::now();
                     if let Err(error) = run_blocking(move || dirs.write_checkpoints()).await {
                         warn!(%error, "writing checkpoints failed");
                     }
+                    activity::record(ActivityKind::Checkpoint, started);
                 }
             })
         });

@@ -5,8 +5,11 @@ use std::io;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use std::time::Instant;
 
 use tracing::warn;
+
+use crate::runtime::activity::{self, ActivityKind};
 
 use super::file::SegmentFile;
 use super::file_names::{INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX};
@@ -125,9 +128,11 @@ impl Writeback {
                 break; // out of descriptors: the kernel's own writeback remains
             };
             self.started_bytes.set(to);
+            let started = Instant::now();
             let _ = glommio::executor()
                 .spawn_blocking(move || range.start_writeback())
                 .await;
+            activity::record(ActivityKind::Writeback, started);
         }
         self.running.set(false);
     }
@@ -442,11 +447,13 @@ impl LogSegment {
 
     /// Brings both index files up to date with the in-memory entries.
     pub fn write_pending_index_entries(&self) -> io::Result<()> {
+        let started = Instant::now();
         let offset_write = self.offset_index.borrow_mut().take_pending_write();
         let time_write = self.time_index.borrow_mut().take_pending_write();
         for write in [offset_write, time_write].into_iter().flatten() {
             write.apply()?;
         }
+        activity::record(ActivityKind::IndexWrite, started);
         Ok(())
     }
 
@@ -462,11 +469,14 @@ impl LogSegment {
 
     pub async fn flush(&self) -> io::Result<()> {
         self.write_pending_index_entries()?;
+        let started = Instant::now();
         self.log.fdatasync().await?;
         let offset_file = self.offset_index.borrow().file().clone();
         let time_file = self.time_index.borrow().file().clone();
         offset_file.fdatasync().await?;
-        time_file.fdatasync().await
+        time_file.fdatasync().await?;
+        activity::record(ActivityKind::Flush, started);
+        Ok(())
     }
 
     /// Walks batch headers in `[start, end)`, calling `visit(position, header)`.

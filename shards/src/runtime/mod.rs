@@ -1,6 +1,7 @@
 //! The shard runtime: one glommio executor per configured core, pinned, each
 //! owning its partitions outright; a bounded channel mesh between them.
 
+pub mod activity;
 mod mesh;
 mod placement;
 

@@ -17,6 +17,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use shards::log::record_batch::{BatchIter, RecordBatchBuilder, RecordIter, RECORD_BATCH_OVERHEAD};
 use shards::log::{decompress, wall_clock_ms, TopicPartition};
+use shards::runtime::activity::{self, ActivityKind};
 use tracing::{info, warn};
 
 use super::group::{
@@ -204,7 +205,9 @@ impl GroupCoordinator {
                 let Some(coordinator) = weak.upgrade() else {
                     return;
                 };
+                let started = Instant::now();
                 coordinator.tick(wall_clock_ms());
+                activity::record(ActivityKind::CoordinatorTick, started);
             }
         })
         .detach();
