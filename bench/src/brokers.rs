@@ -53,6 +53,8 @@ pub struct RunningBroker {
     /// Its `broker.id` in a cluster; 0 alone.
     pub broker_id: i32,
     pub address: String,
+    /// ringbroker's metrics endpoint (`/metrics`, `/slow_requests`).
+    pub metrics_address: Option<String>,
     child: Child,
     /// From spawn to the first answered Metadata request.
     pub startup: Duration,
@@ -82,6 +84,16 @@ impl RunningBroker {
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+impl Drop for RunningBroker {
+    /// A run that panics leaves no broker behind.
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
     }
 }
 
@@ -204,20 +216,21 @@ pub fn start_with(
     std::fs::create_dir_all(dir).expect("create the broker directory");
     let port = free_port();
     let log = std::fs::File::create(dir.join("broker.log")).expect("create broker.log");
+    let metrics_port = free_port();
     let mut command = match (kind, mode) {
         (BrokerKind::Ringbroker, _) => {
             let config = dir.join("server.properties");
             let membership = match mode {
                 Mode::Single => "broker.id=0\n".to_owned(),
-                // The metrics port is per broker: three on one machine.
-                Mode::ZooKeeper { connect, broker_id } => format!(
-                    "broker.id={broker_id}\nzookeeper.connect={connect}\nringbroker.metrics.port=0\n"
-                ),
+                Mode::ZooKeeper { connect, broker_id } => {
+                    format!("broker.id={broker_id}\nzookeeper.connect={connect}\n")
+                }
             };
             std::fs::write(
                 &config,
                 format!(
                     "{membership}listeners=PLAINTEXT://127.0.0.1:{port}\nlog.dirs={}\n\
+                     ringbroker.metrics.port={metrics_port}\n\
                      offsets.topic.replication.factor=1\n{}",
                     dir.join("data").display(),
                     sources
@@ -284,6 +297,8 @@ pub fn start_with(
         kind,
         broker_id,
         address: format!("127.0.0.1:{port}"),
+        metrics_address: (kind == BrokerKind::Ringbroker)
+            .then(|| format!("127.0.0.1:{metrics_port}")),
         child,
         startup: Duration::ZERO,
     };

@@ -63,6 +63,17 @@ impl Cluster {
     }
 }
 
+impl Drop for Cluster {
+    /// A run that panics leaves no ZooKeeper behind (the brokers see to
+    /// themselves).
+    fn drop(&mut self) {
+        if self.zookeeper.try_wait().ok().flatten().is_none() {
+            let _ = self.zookeeper.kill();
+            let _ = self.zookeeper.wait();
+        }
+    }
+}
+
 /// Starts ZooKeeper and three `kind` brokers under `dir`, and waits until a
 /// client sees all three. ZooKeeper ticks every 500 ms and grants sessions
 /// of 1-60 s, so each broker gets the session timeout it asks for (a dead

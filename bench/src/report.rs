@@ -292,3 +292,94 @@ pub fn throughput_svg(ringbroker: &Metrics, kafka: &Metrics) -> String {
     svg.push_str("</svg>\n");
     svg
 }
+
+/// One line of a chart over time: its name, colour, whether dashed, and
+/// its (seconds, ms) points (NaN points are gaps).
+pub struct Series {
+    pub name: String,
+    pub color: &'static str,
+    pub dashed: bool,
+    pub points: Vec<(f64, f64)>,
+}
+
+/// Latency over a run's time, ms on a log scale, one polyline per series.
+pub fn timeline_svg(title: &str, series: &[Series]) -> String {
+    let finite = || {
+        series
+            .iter()
+            .flat_map(|s| &s.points)
+            .filter(|(x, y)| x.is_finite() && y.is_finite() && *y > 0.0)
+    };
+    let x_max = finite().map(|(x, _)| *x).fold(1.0f64, f64::max);
+    let (low, high) = finite().fold((f64::MAX, f64::MIN), |(lo, hi), (_, y)| {
+        (lo.min(*y), hi.max(*y))
+    });
+    let low = low.max(0.01).log10().floor();
+    let high = high.max(0.1).log10().ceil().max(low + 1.0);
+    let (width, height, left, top, plot_w, plot_h) = (900.0, 380.0, 70.0, 40.0, 560.0, 280.0);
+    let x = |v: f64| left + plot_w * v / x_max;
+    let y = |v: f64| top + plot_h * (1.0 - (v.max(1e-3).log10() - low) / (high - low));
+    let mut svg = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" font-family=\"sans-serif\" font-size=\"12\">\n\
+         <text x=\"{left}\" y=\"20\" font-size=\"14\">{title} (ms, log scale, by second of the run)</text>\n"
+    );
+    let mut decade = low;
+    while decade <= high {
+        let v = 10f64.powf(decade);
+        let _ = writeln!(
+            svg,
+            "<line x1=\"{left}\" x2=\"{}\" y1=\"{y0:.1}\" y2=\"{y0:.1}\" stroke=\"#ddd\"/><text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
+            left + plot_w,
+            left - 6.0,
+            y(v) + 4.0,
+            format_value(v),
+            y0 = y(v)
+        );
+        decade += 1.0;
+    }
+    let step = (x_max / 6.0).ceil().max(1.0);
+    let mut tick = 0.0;
+    while tick <= x_max {
+        let _ = writeln!(
+            svg,
+            "<text x=\"{:.1}\" y=\"{}\" text-anchor=\"middle\">{tick:.0} s</text>",
+            x(tick),
+            top + plot_h + 18.0
+        );
+        tick += step;
+    }
+    for (i, line) in series.iter().enumerate() {
+        // A NaN point ends a segment.
+        for segment in line.points.split(|(_, v)| !v.is_finite()) {
+            let points: Vec<String> = segment
+                .iter()
+                .map(|(px, py)| format!("{:.1},{:.1}", x(*px), y(*py)))
+                .collect();
+            if points.is_empty() {
+                continue;
+            }
+            let _ = writeln!(
+                svg,
+                "<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\"{} points=\"{}\"/>",
+                line.color,
+                if line.dashed {
+                    " stroke-dasharray=\"4 3\""
+                } else {
+                    ""
+                },
+                points.join(" ")
+            );
+        }
+        let _ = writeln!(
+            svg,
+            "<text x=\"{}\" y=\"{}\" fill=\"{}\">{}{}</text>",
+            left + plot_w + 8.0,
+            top + 14.0 * i as f64,
+            line.color,
+            if line.dashed { "- - " } else { "— " },
+            line.name
+        );
+    }
+    svg.push_str("</svg>\n");
+    svg
+}

@@ -20,6 +20,46 @@ pub fn new_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("histogram bounds")
 }
 
+/// Latencies second by second of a run, by when each record was due: what
+/// a chart of latency over time draws.
+#[derive(Clone)]
+pub struct Timeline {
+    start_ns: u64,
+    seconds: Vec<Histogram<u64>>,
+}
+
+impl Timeline {
+    fn new(start_ns: u64) -> Self {
+        Self {
+            start_ns,
+            seconds: Vec::new(),
+        }
+    }
+
+    fn record(&mut self, due_ns: u64, latency_us: u64) {
+        let second = (due_ns.saturating_sub(self.start_ns) / 1_000_000_000) as usize;
+        while self.seconds.len() <= second {
+            self.seconds
+                .push(Histogram::new_with_bounds(1, 3_600_000_000, 2).expect("histogram bounds"));
+        }
+        let _ = self.seconds[second].record(latency_us.max(1));
+    }
+
+    /// (p99, max) in ms of each second; NaN for a second without records.
+    pub fn per_second_ms(&self) -> Vec<(f64, f64)> {
+        self.seconds
+            .iter()
+            .map(|h| {
+                if h.is_empty() {
+                    (f64::NAN, f64::NAN)
+                } else {
+                    (h.value_at_quantile(0.99) as f64 / 1e3, h.max() as f64 / 1e3)
+                }
+            })
+            .collect()
+    }
+}
+
 fn now_ns() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -32,7 +72,7 @@ fn now_ns() -> u64 {
 struct AckContext {
     acked: AtomicU64,
     failed: AtomicU64,
-    latency_us: Mutex<Histogram<u64>>,
+    latency_us: Mutex<(Histogram<u64>, Timeline)>,
 }
 
 impl ClientContext for AckContext {}
@@ -44,7 +84,9 @@ impl ProducerContext for AckContext {
         match result {
             Ok(_) => {
                 let latency_us = now_ns().saturating_sub(due_ns as u64) / 1_000;
-                let _ = self.latency_us.lock().unwrap().record(latency_us.max(1));
+                let mut latency = self.latency_us.lock().unwrap();
+                let _ = latency.0.record(latency_us.max(1));
+                latency.1.record(due_ns as u64, latency_us);
                 self.acked.fetch_add(1, Ordering::Relaxed);
             }
             Err(_) => {
@@ -60,6 +102,7 @@ pub struct ProduceOutcome {
     pub bytes: u64,
     pub elapsed: Duration,
     pub ack_latency_us: Histogram<u64>,
+    pub ack_timeline: Timeline,
 }
 
 pub struct ProduceSpec<'a> {
@@ -82,7 +125,7 @@ fn producer(address: &str, spec: &ProduceSpec<'_>) -> ThreadedProducer<AckContex
         .create_with_context(AckContext {
             acked: AtomicU64::new(0),
             failed: AtomicU64::new(0),
-            latency_us: Mutex::new(new_histogram()),
+            latency_us: Mutex::new((new_histogram(), Timeline::new(now_ns()))),
         })
         .expect("create the producer")
 }
@@ -153,12 +196,13 @@ pub fn produce(address: &str, spec: &ProduceSpec<'_>) -> ProduceOutcome {
         "failed deliveries"
     );
     let records = context.acked.load(Ordering::Relaxed);
-    let ack_latency_us = context.latency_us.lock().unwrap().clone();
+    let (ack_latency_us, ack_timeline) = context.latency_us.lock().unwrap().clone();
     ProduceOutcome {
         records,
         bytes: records * spec.value_bytes as u64,
         elapsed,
         ack_latency_us,
+        ack_timeline,
     }
 }
 
@@ -169,6 +213,7 @@ pub struct ConsumeOutcome {
     pub elapsed: Duration,
     /// From each record's due time to its arrival, in µs.
     pub end_to_end_us: Histogram<u64>,
+    pub end_to_end_timeline: Timeline,
 }
 
 /// A consumer assigned every partition of `topic`, from the beginning or,
@@ -226,6 +271,7 @@ pub fn consume_from_beginning(
         bytes,
         elapsed: started.elapsed(),
         end_to_end_us: new_histogram(),
+        end_to_end_timeline: Timeline::new(0),
     }
 }
 
@@ -241,6 +287,7 @@ pub fn produce_and_consume(
     let reader_done = done.clone();
     let reader = std::thread::spawn(move || {
         let mut end_to_end_us = new_histogram();
+        let mut end_to_end_timeline = Timeline::new(now_ns());
         let (mut read, mut bytes) = (0u64, 0u64);
         let started = Instant::now();
         let deadline = Instant::now() + Duration::from_secs(600);
@@ -251,6 +298,7 @@ pub fn produce_and_consume(
                     let due_ns = u64::from_be_bytes(payload[..8].try_into().unwrap());
                     let latency_us = now_ns().saturating_sub(due_ns) / 1_000;
                     let _ = end_to_end_us.record(latency_us.max(1));
+                    end_to_end_timeline.record(due_ns, latency_us);
                 }
                 read += 1;
                 bytes += payload.len() as u64;
@@ -264,6 +312,7 @@ pub fn produce_and_consume(
             bytes,
             elapsed: started.elapsed(),
             end_to_end_us,
+            end_to_end_timeline,
         }
     });
     let produced = produce(address, spec);

@@ -5,11 +5,9 @@
 //! incremental fetch sessions (KIP-227).
 
 use std::collections::BTreeMap;
-use std::future::ready;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use futures_util::future::{join_all, Either};
 use kafka_protocol::messages::fetch_response::{
     EpochEndOffset, FetchableTopicResponse, PartitionData,
 };
@@ -236,36 +234,43 @@ pub async fn handle(
                 }
             })
             .collect();
-        let reads = targets
+        // Every partition read at once, one mesh hop per shard; a topic id
+        // this broker does not know is answered here.
+        let mut reads = Vec::with_capacity(targets.len());
+        for (((name, partition), cached), ((limit, held), candidates)) in targets
             .iter()
             .zip(limits.iter().zip(&held).zip(&candidates))
-            .map(
-                |(((name, partition), cached), ((limit, held), candidates))| {
-                    if name.is_empty() {
-                        Either::Left(ready(ReadResult::error(ResponseError::UnknownTopicId)))
-                    } else {
-                        Either::Right(ctx.broker.read(
-                            name,
-                            *partition,
-                            PartitionFetch {
-                                fetch_offset: cached.fetch_offset,
-                                max_bytes: *limit,
-                                min_one_batch: !held,
-                                current_leader_epoch: cached.current_leader_epoch,
-                                last_fetched_epoch: cached.last_fetched_epoch,
-                                replica_id,
-                                from_any_replica,
-                                preferred_read_candidates: candidates.clone(),
-                            },
-                        ))
-                    }
-                },
-            );
+        {
+            if !name.is_empty() {
+                let fetch = PartitionFetch {
+                    fetch_offset: cached.fetch_offset,
+                    max_bytes: *limit,
+                    min_one_batch: !held,
+                    current_leader_epoch: cached.current_leader_epoch,
+                    last_fetched_epoch: cached.last_fetched_epoch,
+                    replica_id,
+                    from_any_replica,
+                    preferred_read_candidates: candidates.clone(),
+                };
+                reads.push((TopicPartition::new(name.as_str(), *partition), fetch));
+            }
+        }
+        let mut read = ctx
+            .broker
+            .read_all(reads, from_any_replica)
+            .await
+            .into_iter();
+        let read = targets.iter().map(|((name, _), _)| {
+            if name.is_empty() {
+                ReadResult::error(ResponseError::UnknownTopicId)
+            } else {
+                read.next().expect("one read per known partition")
+            }
+        });
         let mut budget = max_bytes;
         let mut total_bytes = 0usize;
         let mut any_error = false;
         let mut results: Vec<ReadResult> = Vec::with_capacity(targets.len());
-        let read = join_all(reads).await;
         for (limit, mut result) in limits.into_iter().zip(read) {
             let size = result.records.as_ref().map_or(0, Records::size_bytes);
             if total_bytes > 0 && (size > budget || size > limit) {

@@ -420,7 +420,7 @@ impl Dispatcher for RequestDispatcher {
         metrics.record_request(api_key, &phases);
         let now_ms = wall_clock_ms();
         let total = phases[6];
-        if !metrics.slow_requests.borrow().keeps(now_ms, total) {
+        if !metrics.slow_requests.borrow().keeps(now_ms, api_key, total) {
             return;
         }
         let (api_version, correlation_id) = times.identity().unwrap_or((-1, -1));
@@ -436,6 +436,7 @@ impl Dispatcher for RequestDispatcher {
                 client_host: connection.client_host.clone(),
                 phases,
                 mesh_jobs_in_flight: self.broker.mesh().jobs_in_flight(),
+                slowest_partition: times.slowest_partition(),
             },
         );
     }

@@ -1,19 +1,19 @@
 //! Produce (key 0): appends each partition's batch on the shard that owns it,
-//! all partitions at once. Stored as produced; acks=all answers once the ISR
+//! all partitions at once, one mesh hop per shard. Stored as produced; acks=all answers once the ISR
 //! has every batch (or at the request's timeout), acks=1 after the leader's
 //! append, acks=0 never, as in Kafka.
 
 use std::time::{Duration, Instant};
 
-use futures_util::future::join_all;
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use kafka_protocol::protocol::StrBytes;
 use shards::log::record_batch::RecordBatchHeader;
 
 use super::RequestContext;
+use crate::coordinator::group::GROUP_METADATA_TOPIC_NAME;
 use crate::protocol::{ErrorCode, ResponseError};
-use crate::replication::AppendResult;
+use crate::replication::{AppendResult, AppendTiming};
 
 pub async fn handle(
     ctx: &RequestContext,
@@ -46,36 +46,57 @@ pub async fn handle(
         }
         topics.push((topic.name, topic.topic_id, indexes));
     }
-    // Every partition is appended (and waited on) at once, each on its shard.
-    let appends = batches.into_iter().map(|(topic, index, records)| {
+    // Every partition is appended (and waited on) at once, each on its
+    // shard. None: the request itself is refused for it.
+    let mut results: Vec<Option<AppendResult>> = Vec::with_capacity(batches.len());
+    let mut appends = Vec::new();
+    // (slot in `results`, topic in `names`, messages, bytes) of each batch appended.
+    let mut counted = Vec::new();
+    for (topic, index, records) in batches {
         let name = names[topic].as_str();
-        async move {
-            match (valid_acks, records) {
-                (false, _) | (true, None) => None,
-                (true, Some(_)) if name.is_empty() => {
-                    Some(AppendResult::error(ResponseError::UnknownTopicId, None))
-                }
-                (true, Some(records)) => {
-                    let messages = RecordBatchHeader::parse(&records)
-                        .map_or(0, |header| header.records_count.max(0) as u64);
-                    let bytes = records.len() as u64;
-                    let result = ctx
-                        .broker
-                        .append(name, index, records, acks, deadline)
-                        .await;
-                    if result.error.is_none() {
-                        ctx.broker.metrics.record_produce(name, messages, bytes);
-                    }
-                    Some(result)
-                }
+        let result = match (valid_acks, records) {
+            (false, _) | (true, None) => None,
+            (true, Some(_)) if name.is_empty() => {
+                Some(AppendResult::error(ResponseError::UnknownTopicId, None))
             }
+            (true, Some(_)) if name == GROUP_METADATA_TOPIC_NAME => {
+                // Only the group coordinator writes there, as in Kafka.
+                Some(AppendResult::error(
+                    ResponseError::InvalidTopicException,
+                    Some("cannot append to an internal topic".into()),
+                ))
+            }
+            (true, Some(records)) => {
+                let messages = RecordBatchHeader::parse(&records)
+                    .map_or(0, |header| header.records_count.max(0) as u64);
+                counted.push((results.len(), topic, messages, records.len() as u64));
+                appends.push((name.to_owned(), index, records));
+                None
+            }
+        };
+        results.push(result);
+    }
+    let appended = ctx.broker.append_all(appends, acks, deadline).await;
+    for ((slot, topic, messages, bytes), result) in counted.into_iter().zip(appended) {
+        if result.error.is_none() {
+            ctx.broker
+                .metrics
+                .record_produce(&names[topic], messages, bytes);
         }
-    });
-    let results = join_all(appends).await;
+        results[slot] = Some(result);
+    }
     // The request's local part ends with its last append; acks=all then
     // waits on the ISR (RemoteTimeMs).
-    if let Some(appended) = results.iter().flatten().filter_map(|r| r.appended_at).max() {
-        ctx.times.local_complete_at(appended);
+    let slowest = results
+        .iter()
+        .flatten()
+        .filter_map(|r| r.timing)
+        .reduce(AppendTiming::max);
+    if let Some(slowest) = slowest {
+        if let Some(appended) = slowest.appended_at {
+            ctx.times.local_complete_at(appended);
+        }
+        ctx.times.set_slowest_partition(slowest);
     }
     let mut results = results.into_iter();
     let mut responses = Vec::with_capacity(topics.len());

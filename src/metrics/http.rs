@@ -1,9 +1,9 @@
 //! The metrics endpoint: a minimal HTTP/1.1 server on shard 0 for Prometheus
 //! (`GET /metrics`, the text exposition of every shard's metrics), for
 //! probes (`GET /health`, 200 once the broker serves clients) and for a look
-//! at a tail (`GET /slow_requests?since_ms=<epoch ms>&limit=<n>`: the slowest
-//! requests since then as JSON, each with what the shards were doing
-//! meanwhile). One request per connection, bounded in size and time.
+//! at a tail (`GET /slow_requests?since_ms=<epoch ms>&limit=<n>&api=<name>`:
+//! the slowest requests since then as JSON, each with what the shards were
+//! doing meanwhile). One request per connection, bounded in size and time.
 
 use std::io;
 use std::rc::Rc;
@@ -72,18 +72,29 @@ async fn collect_slow_requests(broker: &Rc<ShardBroker>, since_ms: i64) -> Vec<S
     shards
 }
 
-/// `since_ms` and `limit` from a query string (`a=1&b=2`).
-fn slow_request_query(query: &str) -> (i64, usize) {
-    let mut since_ms = 0;
-    let mut limit = DEFAULT_SLOW_REQUESTS;
+/// What `/slow_requests` lists: since when, how many, of which API.
+struct SlowRequestQuery<'a> {
+    since_ms: i64,
+    limit: usize,
+    api: Option<&'a str>,
+}
+
+/// `since_ms`, `limit` and `api` (Kafka's name) from a query string (`a=1&b=2`).
+fn slow_request_query(query: &str) -> SlowRequestQuery<'_> {
+    let mut wanted = SlowRequestQuery {
+        since_ms: 0,
+        limit: DEFAULT_SLOW_REQUESTS,
+        api: None,
+    };
     for pair in query.split('&') {
         match pair.split_once('=') {
-            Some(("since_ms", value)) => since_ms = value.parse().unwrap_or(since_ms),
-            Some(("limit", value)) => limit = value.parse().unwrap_or(limit),
+            Some(("since_ms", value)) => wanted.since_ms = value.parse().unwrap_or(0),
+            Some(("limit", value)) => wanted.limit = value.parse().unwrap_or(DEFAULT_SLOW_REQUESTS),
+            Some(("api", value)) => wanted.api = Some(value),
             _ => {}
         }
     }
-    (since_ms, limit)
+    wanted
 }
 
 /// Every shard's snapshot, collected over the mesh.
@@ -157,10 +168,15 @@ async fn answer(mut stream: TcpStream, broker: &Rc<ShardBroker>) -> io::Result<(
         ),
         ("GET", "/health") => ("200 OK", "text/plain", "ok\n".to_owned()),
         ("GET", "/slow_requests") => {
-            let (since_ms, limit) = slow_request_query(query);
-            let shards = collect_slow_requests(broker, since_ms).await;
-            let listing =
-                slow_requests::render(&shards, limit, Instant::now(), wall_clock_ms(), api_name);
+            let wanted = slow_request_query(query);
+            let mut shards = collect_slow_requests(broker, wanted.since_ms).await;
+            if let Some(api) = wanted.api {
+                for shard in &mut shards {
+                    shard.requests.retain(|r| api_name(r.api_key) == api);
+                }
+            }
+            let (now, now_wall_ms) = (Instant::now(), wall_clock_ms());
+            let listing = slow_requests::render(&shards, wanted.limit, now, now_wall_ms, api_name);
             ("200 OK", "application/json", format!("{listing}\n"))
         }
         ("GET", _) => ("404 Not Found", "text/plain", "not found\n".to_owned()),

@@ -83,6 +83,18 @@ pub struct ShardGauges {
     pub busy_ratio: f64,
     /// Jobs from other shards running here now.
     pub mesh_jobs_in_flight: u64,
+    /// Time the shard's thread was runnable but waited for a CPU, since
+    /// start: the kernel's share of a tail (another process on its core).
+    pub runqueue_wait_seconds: f64,
+}
+
+/// This thread's time waiting on a run queue (schedstat's second field), or
+/// 0 where the kernel keeps no schedstats.
+fn runqueue_wait_seconds() -> f64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|stat| stat.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0.0, |ns| ns as f64 / 1e9)
 }
 
 /// A shard's replication, for Kafka's ReplicaManager gauges.
@@ -239,6 +251,7 @@ impl ShardMetrics {
                     0.0
                 },
                 mesh_jobs_in_flight,
+                runqueue_wait_seconds: runqueue_wait_seconds(),
             },
         )
     }
@@ -536,6 +549,12 @@ pub fn render(
             "counter",
             "Time a shard's executor spent running tasks.",
             |s: &ShardGauges| s.runtime_seconds,
+        ),
+        (
+            "ringbroker_shard_runqueue_wait_seconds_total",
+            "counter",
+            "Time a shard's thread was runnable but waited for a CPU.",
+            |s: &ShardGauges| s.runqueue_wait_seconds,
         ),
         (
             "ringbroker_shard_busy_ratio",

@@ -6,6 +6,8 @@
 use std::cell::Cell;
 use std::time::{Duration, Instant};
 
+use crate::replication::AppendTiming;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Phase {
     /// From the request's last byte read to its handler starting. A shard
@@ -111,6 +113,8 @@ pub struct RequestTimes {
     local_complete: Cell<Option<Instant>>,
     /// (api version, correlation id), once the header is read.
     identity: Cell<Option<(i16, i32)>>,
+    /// A produce's longest mesh wait, append and acks wait over its partitions.
+    slowest_partition: Cell<Option<AppendTiming>>,
 }
 
 impl RequestTimes {
@@ -120,7 +124,16 @@ impl RequestTimes {
             dequeued: Cell::new(None),
             local_complete: Cell::new(None),
             identity: Cell::new(None),
+            slowest_partition: Cell::new(None),
         }
+    }
+
+    pub fn set_slowest_partition(&self, timing: AppendTiming) {
+        self.slowest_partition.set(Some(timing));
+    }
+
+    pub fn slowest_partition(&self) -> Option<AppendTiming> {
+        self.slowest_partition.get()
     }
 
     /// The handler starts.

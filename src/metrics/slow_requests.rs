@@ -1,15 +1,17 @@
 //! The slowest requests a shard answered lately, for `GET /slow_requests`:
-//! the `SLOWEST_PER_WINDOW` slowest of each `WINDOW_MS`, for the last
-//! `WINDOWS` windows, so a tail can be looked at after the fact with the
+//! the `SLOWEST_PER_WINDOW` slowest of each API in each `WINDOW_MS` (so
+//! fetches parked for their max wait do not crowd out a slow produce), for
+//! the last `WINDOWS` windows, so a tail can be looked at after the fact with the
 //! shards' activities (`shards::runtime::activity`) from the same moment.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use shards::runtime::activity::Activity;
 
 use super::request_metrics::Phase;
+use crate::replication::AppendTiming;
 
 const WINDOW_MS: i64 = 10_000;
 /// Ten minutes of windows.
@@ -30,6 +32,8 @@ pub struct SlowRequest {
     pub phases: [Duration; 7],
     /// Jobs from other shards running on its shard when it was answered.
     pub mesh_jobs_in_flight: u64,
+    /// A produce's longest partition parts.
+    pub slowest_partition: Option<AppendTiming>,
 }
 
 impl SlowRequest {
@@ -44,8 +48,8 @@ impl SlowRequest {
 
 #[derive(Debug, Default)]
 pub struct SlowRequests {
-    /// (window start ms, its slowest requests), oldest first.
-    windows: VecDeque<(i64, Vec<SlowRequest>)>,
+    /// (window start ms, its slowest requests by API key), oldest first.
+    windows: VecDeque<(i64, BTreeMap<i16, Vec<SlowRequest>>)>,
 }
 
 impl SlowRequests {
@@ -53,13 +57,15 @@ impl SlowRequests {
         now_ms - now_ms.rem_euclid(WINDOW_MS)
     }
 
-    /// Whether a request taking `total`, answered at `now_ms`, is among the
-    /// slowest of its window so far (checked before one is built).
-    pub fn keeps(&self, now_ms: i64, total: Duration) -> bool {
+    /// Whether a request of `api_key` taking `total`, answered at `now_ms`,
+    /// is among the slowest of its window so far (checked before one is built).
+    pub fn keeps(&self, now_ms: i64, api_key: i16, total: Duration) -> bool {
         match self.windows.back() {
-            Some((start, slowest)) if *start == Self::window_start(now_ms) => {
-                slowest.len() < SLOWEST_PER_WINDOW
-                    || slowest.iter().any(|kept| kept.total() < total)
+            Some((start, by_api)) if *start == Self::window_start(now_ms) => {
+                by_api.get(&api_key).is_none_or(|slowest| {
+                    slowest.len() < SLOWEST_PER_WINDOW
+                        || slowest.iter().any(|kept| kept.total() < total)
+                })
             }
             _ => true,
         }
@@ -71,10 +77,10 @@ impl SlowRequests {
             if self.windows.len() == WINDOWS {
                 self.windows.pop_front();
             }
-            self.windows
-                .push_back((start, Vec::with_capacity(SLOWEST_PER_WINDOW)));
+            self.windows.push_back((start, BTreeMap::new()));
         }
-        let slowest = &mut self.windows.back_mut().expect("just pushed").1;
+        let by_api = &mut self.windows.back_mut().expect("just pushed").1;
+        let slowest = by_api.entry(request.api_key).or_default();
         if slowest.len() == SLOWEST_PER_WINDOW {
             let (fastest, _) = slowest
                 .iter()
@@ -95,7 +101,7 @@ impl SlowRequests {
         self.windows
             .iter()
             .filter(|(start, _)| start + WINDOW_MS > since_ms)
-            .flat_map(|(_, slowest)| slowest)
+            .flat_map(|(_, by_api)| by_api.values().flatten())
             .filter(|request| request.received_wall_ms >= since_ms)
             .cloned()
             .collect()
@@ -160,6 +166,11 @@ pub fn render(
                 "total_ms": ms(request.total()),
                 "phases_ms": phases,
                 "mesh_jobs_in_flight": request.mesh_jobs_in_flight,
+                "slowest_partition_ms": request.slowest_partition.map(|p| json!({
+                    "MeshWait": ms(p.mesh_wait),
+                    "Append": ms(p.append),
+                    "AcksWait": ms(p.acks_wait),
+                })),
                 "activities": activities,
             })
         })
@@ -194,6 +205,7 @@ mod tests {
             client_host: "/127.0.0.1".into(),
             phases,
             mesh_jobs_in_flight: 0,
+            slowest_partition: None,
         }
     }
 
@@ -202,15 +214,16 @@ mod tests {
         let mut slow = SlowRequests::default();
         for ms in 0..100 {
             let total = Duration::from_millis(ms);
-            if slow.keeps(5_000, total) {
+            if slow.keeps(5_000, 0, total) {
                 slow.record(5_000, request(5_000, ms));
             }
         }
         let kept = slow.since(0);
         assert_eq!(kept.len(), SLOWEST_PER_WINDOW);
         assert!(kept.iter().all(|r| r.total() >= Duration::from_millis(84)));
-        assert!(!slow.keeps(5_000, Duration::from_millis(84)));
-        assert!(slow.keeps(15_000, Duration::ZERO), "a new window");
+        assert!(!slow.keeps(5_000, 0, Duration::from_millis(84)));
+        assert!(slow.keeps(5_000, 1, Duration::ZERO), "another API");
+        assert!(slow.keeps(15_000, 0, Duration::ZERO), "a new window");
         for window in 1..=WINDOWS as i64 {
             slow.record(window * WINDOW_MS, request(window * WINDOW_MS, 1));
         }

@@ -16,6 +16,6 @@ mod replica_fetcher;
 mod replica_manager;
 
 pub use partition::{
-    AppendError, AppendResult, OffsetAndEpoch, Partition, PartitionFetch, ReadResult,
+    AppendError, AppendResult, AppendTiming, OffsetAndEpoch, Partition, PartitionFetch, ReadResult,
 };
 pub use replica_manager::ReplicaManager;

@@ -4,7 +4,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_lite::future::or;
@@ -72,8 +72,32 @@ pub struct AppendResult {
     pub base_offset: i64,
     pub log_append_time_ms: i64,
     pub log_start_offset: i64,
-    /// When the leader's append was done (what follows is the ISR's wait).
+    /// Where the partition's time went, when it was appended.
+    pub timing: Option<AppendTiming>,
+}
+
+/// A partition's part of a produce, for the request's phases.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AppendTiming {
+    /// Waiting for the shard that owns the partition.
+    pub mesh_wait: Duration,
+    pub append: Duration,
+    /// acks=all: the ISR catching up after the append.
+    pub acks_wait: Duration,
+    /// When the append was done.
     pub appended_at: Option<Instant>,
+}
+
+impl AppendTiming {
+    /// The longest of each part, `other`'s and this one's.
+    pub fn max(self, other: AppendTiming) -> AppendTiming {
+        AppendTiming {
+            mesh_wait: self.mesh_wait.max(other.mesh_wait),
+            append: self.append.max(other.append),
+            acks_wait: self.acks_wait.max(other.acks_wait),
+            appended_at: self.appended_at.max(other.appended_at),
+        }
+    }
 }
 
 impl AppendResult {
@@ -84,7 +108,7 @@ impl AppendResult {
             base_offset: -1,
             log_append_time_ms: -1,
             log_start_offset: -1,
-            appended_at: None,
+            timing: None,
         }
     }
 }

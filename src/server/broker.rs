@@ -12,6 +12,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use futures_lite::future::or;
+use futures_util::future::join_all;
 use glommio::sync::Semaphore;
 use kafka_protocol::messages::ApiKey;
 use shards::log::{LogManager, TopicPartition, WatchedOffset};
@@ -30,7 +31,7 @@ use crate::metrics::{ControllerGauges, LogGauges, MetricsSnapshot, ShardMetrics}
 use crate::protocol::ResponseError;
 use crate::replication::quota::ReplicationQuotas;
 use crate::replication::{
-    AppendError, AppendResult, OffsetAndEpoch, Partition, PartitionFetch, ReadResult,
+    AppendError, AppendResult, AppendTiming, OffsetAndEpoch, Partition, PartitionFetch, ReadResult,
     ReplicaManager,
 };
 
@@ -304,87 +305,93 @@ impl ShardBroker {
         }
     }
 
-    /// Appends a produced batch as leader, on the owning shard; with acks=all
-    /// answers once the ISR has it (Kafka's DelayedProduce) or at `deadline`.
-    pub async fn append(
+    /// Appends produced batches (topic, partition, records) as leader, each
+    /// on its owning shard, one mesh hop per shard; with acks=all each answers
+    /// once the ISR has it (Kafka's DelayedProduce) or at `deadline`. The
+    /// answers are in the batches' order.
+    pub async fn append_all(
         self: &Rc<Self>,
-        topic: &str,
-        partition: i32,
-        records: Bytes,
+        batches: Vec<(String, i32, Bytes)>,
         required_acks: i16,
         deadline: Instant,
-    ) -> AppendResult {
-        if topic == GROUP_METADATA_TOPIC_NAME {
-            // Only the group coordinator writes there, as in Kafka.
-            return AppendResult::error(
-                ResponseError::InvalidTopicException,
-                Some("cannot append to an internal topic".into()),
-            );
-        }
-        let appended = self
-            .on_leader_partition(
-                ApiKey::Produce,
-                topic,
-                partition,
-                move |partition| async move {
-                    let started = Instant::now();
-                    let info = match partition
-                        .append_records_to_leader(records, required_acks)
+    ) -> Vec<AppendResult> {
+        let sent = Instant::now();
+        let work = batches.into_iter().map(|(topic, partition, records)| {
+            let append = move |partition: Rc<Partition>| async move {
+                let started = Instant::now();
+                let info = match partition
+                    .append_records_to_leader(records, required_acks)
+                    .await
+                {
+                    Ok(info) => info,
+                    Err(error) => return Ok(Err(error)),
+                };
+                let appended = Instant::now();
+                if required_acks == -1 {
+                    if let Err(error) = partition
+                        .wait_for_replication(info.last_offset, deadline)
                         .await
                     {
-                        Ok(info) => info,
-                        Err(error) => return Ok(Err(error)),
-                    };
-                    let appended = Instant::now();
-                    if required_acks == -1 {
-                        if let Err(error) = partition
-                            .wait_for_replication(info.last_offset, deadline)
-                            .await
-                        {
-                            return Ok(Err(AppendError::Refused(error)));
-                        }
+                        return Ok(Err(AppendError::Refused(error)));
                     }
-                    Ok(Ok((info, started, appended, Instant::now())))
-                },
-            )
-            .await;
-        match appended {
-            Ok(Ok((info, started, appended, replicated))) => {
-                let produce = ApiKey::Produce as i16;
-                self.metrics
-                    .record_phase(produce, Phase::Append, appended - started);
-                if required_acks == -1 {
-                    self.metrics
-                        .record_phase(produce, Phase::AcksWait, replicated - appended);
                 }
-                AppendResult {
-                    error: None,
-                    error_message: None,
-                    base_offset: info.first_offset,
-                    log_append_time_ms: info.log_append_time_ms,
-                    log_start_offset: info.log_start_offset,
+                let timing = AppendTiming {
+                    mesh_wait: started - sent,
+                    append: appended - started,
+                    acks_wait: appended.elapsed(),
                     appended_at: Some(appended),
+                };
+                Ok(Ok((info, timing)))
+            };
+            (TopicPartition::new(topic, partition), append)
+        });
+        let produce = ApiKey::Produce as i16;
+        self.on_partitions(ApiKey::Produce, true, work.collect())
+            .await
+            .into_iter()
+            .map(|appended| match appended {
+                Ok(Ok((info, timing))) => {
+                    self.metrics
+                        .record_phase(produce, Phase::Append, timing.append);
+                    if required_acks == -1 {
+                        self.metrics
+                            .record_phase(produce, Phase::AcksWait, timing.acks_wait);
+                    }
+                    AppendResult {
+                        error: None,
+                        error_message: None,
+                        base_offset: info.first_offset,
+                        log_append_time_ms: info.log_append_time_ms,
+                        log_start_offset: info.log_start_offset,
+                        timing: Some(timing),
+                    }
                 }
-            }
-            Ok(Err(error)) => AppendResult::error(error.response_error(), error.message()),
-            Err(error) => AppendResult::error(error, None),
-        }
+                Ok(Err(error)) => AppendResult::error(error.response_error(), error.message()),
+                Err(error) => AppendResult::error(error, None),
+            })
+            .collect()
     }
 
-    /// Reads stored batches on the owning shard: below the high watermark
-    /// for a consumer, to the log end for a follower.
-    pub async fn read(
+    /// Reads stored batches of partitions, each on its owning shard (one
+    /// mesh hop per shard): below the high watermark for a consumer, to the
+    /// log end for a follower. With `from_any_replica` (KIP-392) a follower's
+    /// replica serves too. The answers are in the reads' order.
+    pub async fn read_all(
         self: &Rc<Self>,
-        topic: &str,
-        partition: i32,
-        request: PartitionFetch,
-    ) -> ReadResult {
-        let leader_only = !request.from_any_replica;
-        let fetch =
-            move |partition: Rc<Partition>| async move { Ok(partition.fetch(request).await) };
-        self.on_partition(ApiKey::Fetch, topic, partition, leader_only, fetch)
+        reads: Vec<(TopicPartition, PartitionFetch)>,
+        from_any_replica: bool,
+    ) -> Vec<ReadResult> {
+        let work = reads.into_iter().map(|(tp, request)| {
+            assert_eq!(request.from_any_replica, from_any_replica);
+            let fetch =
+                move |partition: Rc<Partition>| async move { Ok(partition.fetch(request).await) };
+            (tp, fetch)
+        });
+        self.on_partitions(ApiKey::Fetch, !from_any_replica, work.collect())
             .await
-            .unwrap_or_else(ReadResult::error)
+            .into_iter()
+            .map(|read| read.unwrap_or_else(ReadResult::error))
+            .collect()
     }
 
     /// OffsetForLeaderEpoch on the owning shard: where `leader_epoch` ends.
@@ -559,8 +566,7 @@ impl ShardBroker {
     }
 
     /// Runs `work` on the shard of this broker's replica of a partition
-    /// (which it must lead, with `leader_only`), for a request of `api`: a hop
-    /// to another shard counts in the API's MeshWaitTimeMs.
+    /// (which it must lead, with `leader_only`), for a request of `api`.
     async fn on_partition<T, F, Fut>(
         self: &Rc<Self>,
         api: ApiKey,
@@ -574,35 +580,79 @@ impl ShardBroker {
         F: FnOnce(Rc<Partition>) -> Fut + Send + 'static,
         Fut: Future<Output = Result<T, ResponseError>> + 'static,
     {
-        let shard = self.replica_shard(topic, partition, leader_only)?;
         let tp = TopicPartition::new(topic, partition);
-        let sent = Instant::now();
-        let answer = self
-            .mesh()
-            .invoke_on(shard, self, move |broker: Rc<ShardBroker>| async move {
-                let waited = sent.elapsed();
-                let replicas = &broker.replica_manager;
-                let partition = if leader_only {
-                    replicas.leader_partition(&tp)
-                } else {
-                    replicas.online_partition(&tp)
-                };
-                let done = match partition {
-                    Ok(partition) => work(partition).await,
-                    Err(error) => Err(error),
-                };
-                (waited, done)
-            })
-            .await;
-        match answer {
-            Ok((waited, done)) => {
-                if shard != self.shard_id {
-                    self.metrics
-                        .record_phase(api as i16, Phase::MeshWait, waited);
-                }
-                done
+        let mut answers = self.on_partitions(api, leader_only, vec![(tp, work)]).await;
+        answers.pop().expect("one answer per partition")
+    }
+
+    /// Runs each `work` on the shard of this broker's replica of its
+    /// partition (which it must lead, with `leader_only`), for a request of
+    /// `api`: one mesh job per shard carries all of that shard's partitions,
+    /// so a request costs a hop per shard, not per partition, and each hop
+    /// counts once in the API's MeshWaitTimeMs. The answers are in order.
+    async fn on_partitions<T, F, Fut>(
+        self: &Rc<Self>,
+        api: ApiKey,
+        leader_only: bool,
+        work: Vec<(TopicPartition, F)>,
+    ) -> Vec<Result<T, ResponseError>>
+    where
+        T: Send + 'static,
+        F: FnOnce(Rc<Partition>) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, ResponseError>> + 'static,
+    {
+        let mut answers: Vec<Option<Result<T, ResponseError>>> =
+            (0..work.len()).map(|_| None).collect();
+        let mut by_shard: BTreeMap<usize, Vec<(usize, TopicPartition, F)>> = BTreeMap::new();
+        for (slot, (tp, work)) in work.into_iter().enumerate() {
+            match self.replica_shard(&tp.topic, tp.partition, leader_only) {
+                Ok(shard) => by_shard.entry(shard).or_default().push((slot, tp, work)),
+                Err(error) => answers[slot] = Some(Err(error)),
             }
-            Err(_) => Err(ResponseError::NotLeaderOrFollower),
         }
+        let sent = Instant::now();
+        let hops = by_shard.into_iter().map(|(shard, group)| {
+            let slots: Vec<usize> = group.iter().map(|(slot, _, _)| *slot).collect();
+            let job = move |broker: Rc<ShardBroker>| async move {
+                let waited = sent.elapsed();
+                let done = join_all(group.into_iter().map(|(_, tp, work)| {
+                    let broker = broker.clone();
+                    async move {
+                        let replicas = &broker.replica_manager;
+                        let partition = if leader_only {
+                            replicas.leader_partition(&tp)?
+                        } else {
+                            replicas.online_partition(&tp)?
+                        };
+                        work(partition).await
+                    }
+                }))
+                .await;
+                (waited, done)
+            };
+            async move { (shard, slots, self.mesh().invoke_on(shard, self, job).await) }
+        });
+        for (shard, slots, answer) in join_all(hops).await {
+            match answer {
+                Ok((waited, done)) => {
+                    if shard != self.shard_id {
+                        self.metrics
+                            .record_phase(api as i16, Phase::MeshWait, waited);
+                    }
+                    for (slot, result) in slots.into_iter().zip(done) {
+                        answers[slot] = Some(result);
+                    }
+                }
+                Err(_) => {
+                    for slot in slots {
+                        answers[slot] = Some(Err(ResponseError::NotLeaderOrFollower));
+                    }
+                }
+            }
+        }
+        answers
+            .into_iter()
+            .map(|answer| answer.expect("every partition answered"))
+            .collect()
     }
 }

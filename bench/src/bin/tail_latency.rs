@@ -1,0 +1,782 @@
+//! Tail latency side by side, the run a skeptic would make: fixed rates at
+//! 10%, 25% and 50% of Apache Kafka's maximum (measured first, in the same
+//! run), acks=1 and acks=all, one node and a three-broker ZooKeeper-mode
+//! cluster, with librdkafka and with Kafka's Java ProducerPerformance and
+//! EndToEndLatency; each run `--seconds` long. For ringbroker the broker's
+//! own request-phase histograms are read over the same seconds, with its
+//! slowest requests and what it and the kernel were doing then; charts show
+//! latency over each run's time. Writes bench/results/<stamp>-tail-latency.md.
+//!
+//! bench/run-tail-latency (fetches the jars, builds, then runs this)
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use bench::broker_clocks::{self, Sampler, Scrape, Second};
+use bench::brokers::{self, BrokerKind, BrokerSources, RunningBroker};
+use bench::cluster::{self, Cluster};
+use bench::java_clients;
+use bench::report::{self, Series};
+use bench::workloads::{self, latency_ms, ProduceSpec, Timeline};
+use clap::Parser;
+use hdrhistogram::Histogram;
+use tikv_jemalloc_sys as _;
+
+#[derive(Parser)]
+struct Args {
+    #[arg(long, default_value = "bench/work")]
+    work_dir: PathBuf,
+    #[arg(long, default_value = "bench/results")]
+    results_dir: PathBuf,
+    #[arg(long, default_value = "target/release/ringbroker")]
+    ringbroker_bin: PathBuf,
+    #[arg(long, default_value = "tests/support/kafka/kafka-run-class.sh")]
+    kafka_run_class: PathBuf,
+    #[arg(long, default_value = "tests/.deps/kafka-3.9")]
+    kafka_zk_jars: PathBuf,
+    /// `single` and/or `cluster`.
+    #[arg(long, value_delimiter = ',', default_values = ["single", "cluster"])]
+    topologies: Vec<String>,
+    /// Loads, in percent of Kafka's maximum.
+    #[arg(long, value_delimiter = ',', default_values_t = [10, 25, 50])]
+    loads: Vec<u32>,
+    #[arg(long, value_delimiter = ',', default_values = ["1", "all"])]
+    acks: Vec<String>,
+    /// `librdkafka` and/or `java` (ProducerPerformance, then EndToEndLatency).
+    #[arg(long, value_delimiter = ',', default_values = ["librdkafka", "java"])]
+    clients: Vec<String>,
+    /// Seconds each fixed-rate run lasts.
+    #[arg(long, default_value_t = 60)]
+    seconds: u64,
+    /// Kafka's maximum records/s on one node, instead of measuring it.
+    #[arg(long)]
+    kafka_max_single: Option<f64>,
+    /// Kafka's maximum records/s on three brokers, instead of measuring it.
+    #[arg(long)]
+    kafka_max_cluster: Option<f64>,
+    /// Only this broker ("ringbroker" or "kafka").
+    #[arg(long)]
+    only: Option<String>,
+    /// A `key=value` added to ringbroker's server.properties (repeatable).
+    #[arg(long = "ringbroker-config")]
+    ringbroker_config: Vec<String>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Topology {
+    Single,
+    Cluster,
+}
+
+impl Topology {
+    fn name(self) -> &'static str {
+        match self {
+            Topology::Single => "one node",
+            Topology::Cluster => "3 brokers",
+        }
+    }
+
+    fn replication_factor(self) -> i32 {
+        match self {
+            Topology::Single => 1,
+            Topology::Cluster => 3,
+        }
+    }
+
+    fn topic_configs(self) -> &'static [(&'static str, &'static str)] {
+        match self {
+            Topology::Single => &[],
+            Topology::Cluster => &[("min.insync.replicas", "2")],
+        }
+    }
+
+    /// What Kafka's maximum is taken with: W1's producer on one node
+    /// (acks=1), W7's on three brokers (acks=all).
+    fn max_acks(self) -> &'static str {
+        match self {
+            Topology::Single => "1",
+            Topology::Cluster => "all",
+        }
+    }
+
+    fn max_records(self) -> u64 {
+        match self {
+            Topology::Single => 2_000_000,
+            Topology::Cluster => 500_000,
+        }
+    }
+}
+
+/// A broker or a cluster under test.
+enum Deployment {
+    Single(RunningBroker),
+    Cluster(Cluster),
+}
+
+impl Deployment {
+    fn start(kind: BrokerKind, topology: Topology, sources: &BrokerSources, args: &Args) -> Self {
+        match topology {
+            Topology::Single => {
+                Deployment::Single(brokers::start(kind, sources, &args.work_dir.join("broker")))
+            }
+            Topology::Cluster => Deployment::Cluster(cluster::start(
+                kind,
+                sources,
+                &args.work_dir.join("cluster"),
+            )),
+        }
+    }
+
+    fn brokers(&self) -> Vec<&RunningBroker> {
+        match self {
+            Deployment::Single(broker) => vec![broker],
+            Deployment::Cluster(cluster) => cluster.brokers.iter().collect(),
+        }
+    }
+
+    fn bootstrap(&self) -> String {
+        let addresses: Vec<&str> = self.brokers().iter().map(|b| b.address.as_str()).collect();
+        addresses.join(",")
+    }
+
+    fn pids(&self) -> Vec<u32> {
+        self.brokers().iter().map(|b| b.pid()).collect()
+    }
+
+    fn metrics_addresses(&self) -> Vec<String> {
+        self.brokers()
+            .iter()
+            .filter_map(|b| b.metrics_address.clone())
+            .collect()
+    }
+
+    fn cpu_seconds(&self) -> f64 {
+        self.pids()
+            .iter()
+            .map(|pid| brokers::cpu_seconds(*pid))
+            .sum()
+    }
+
+    fn stop(self) {
+        match self {
+            Deployment::Single(broker) => broker.stop(),
+            Deployment::Cluster(cluster) => cluster.stop(),
+        }
+    }
+}
+
+/// One fixed-rate run's client figures: percentiles (ms, NaN where the
+/// client does not give one) and latency over time.
+struct ClientFigures {
+    /// "ack" (produce to acknowledgement) or "end-to-end".
+    measure: &'static str,
+    p50: f64,
+    p99: f64,
+    p999: f64,
+    p9999: f64,
+    max: f64,
+    /// (second, p99 or average, max).
+    timeline: Vec<(f64, f64, f64)>,
+}
+
+fn from_histogram(
+    measure: &'static str,
+    histogram: &Histogram<u64>,
+    timeline: &Timeline,
+) -> ClientFigures {
+    let ms = latency_ms(histogram);
+    ClientFigures {
+        measure,
+        p50: ms["p50"],
+        p99: ms["p99"],
+        p999: ms["p99.9"],
+        p9999: ms["p99.99"],
+        max: ms["max"],
+        timeline: timeline
+            .per_second_ms()
+            .into_iter()
+            .enumerate()
+            .map(|(s, (p99, max))| (s as f64 + 1.0, p99, max))
+            .collect(),
+    }
+}
+
+/// One run of one broker.
+struct Run {
+    topology: Topology,
+    acks: String,
+    /// Percent of Kafka's maximum; None for EndToEndLatency (one at a time).
+    load: Option<u32>,
+    client: &'static str,
+    kind: BrokerKind,
+    rate: f64,
+    figures: Vec<ClientFigures>,
+    seconds: f64,
+    broker_cpu_per_gib: f64,
+    /// ringbroker's own: Produce phases over the run, per second, slowest.
+    broker: Option<BrokerSide>,
+}
+
+struct BrokerSide {
+    phases: Scrape,
+    seconds: Vec<Second>,
+    slowest: Vec<(f64, String)>,
+}
+
+const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+/// Slowest Produce requests listed per ringbroker run.
+const SLOWEST_LISTED: usize = 8;
+/// How long a deployment sits idle for its idle CPU figure.
+const IDLE_SECONDS: u64 = 10;
+
+/// Runs `work` with the broker's clocks around it: scrapes before and
+/// after, a sampler each second, the slowest requests afterwards.
+fn with_broker_clocks<T>(
+    deployment: &Deployment,
+    work: impl FnOnce() -> T,
+) -> (T, f64, Option<BrokerSide>) {
+    let metrics = deployment.metrics_addresses();
+    let clocked = !metrics.is_empty();
+    let since_ms = broker_clocks::wall_clock_ms();
+    let before = clocked.then(|| broker_clocks::scrape(&metrics, "Produce"));
+    let sampler = Sampler::start(metrics.clone());
+    let cpu = deployment.cpu_seconds();
+    let outcome = work();
+    let cpu = deployment.cpu_seconds() - cpu;
+    let seconds = sampler.finish();
+    let broker = before.map(|before| BrokerSide {
+        phases: broker_clocks::scrape(&metrics, "Produce").since(&before),
+        seconds,
+        slowest: broker_clocks::slowest_produces(&metrics, since_ms, SLOWEST_LISTED),
+    });
+    (outcome, cpu, broker)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn fixed_rate_run(
+    args: &Args,
+    deployment: &Deployment,
+    kind: BrokerKind,
+    topology: Topology,
+    acks: &str,
+    load: u32,
+    client: &'static str,
+    rate: f64,
+) -> Run {
+    let topic = format!("lat-{acks}-{load}-{client}");
+    let bootstrap = deployment.bootstrap();
+    workloads::create_replicated_topic(
+        &bootstrap,
+        &topic,
+        6,
+        topology.replication_factor(),
+        topology.topic_configs(),
+    );
+    let records = (rate * args.seconds as f64) as u64;
+    let ((figures, elapsed), cpu, broker) = with_broker_clocks(deployment, || match client {
+        "librdkafka" => {
+            let spec = ProduceSpec {
+                topic: &topic,
+                partitions: 6,
+                records,
+                value_bytes: 1024,
+                acks,
+                linger_ms: 5,
+                rate: Some(rate),
+            };
+            let (produced, consumed) = workloads::produce_and_consume(&bootstrap, &spec);
+            (
+                vec![
+                    from_histogram("ack", &produced.ack_latency_us, &produced.ack_timeline),
+                    from_histogram(
+                        "end-to-end",
+                        &consumed.end_to_end_us,
+                        &consumed.end_to_end_timeline,
+                    ),
+                ],
+                produced.elapsed,
+            )
+        }
+        _ => {
+            let perf = java_clients::producer_performance(
+                &args.kafka_run_class,
+                &bootstrap,
+                &topic,
+                records,
+                rate,
+                acks,
+            );
+            let figures = ClientFigures {
+                measure: "ack",
+                p50: perf.p50_ms,
+                p99: perf.p99_ms,
+                p999: perf.p999_ms,
+                p9999: f64::NAN,
+                max: perf.max_ms,
+                timeline: perf.windows.clone(),
+            };
+            (vec![figures], perf.elapsed)
+        }
+    });
+    Run {
+        topology,
+        acks: acks.to_owned(),
+        load: Some(load),
+        client: if client == "librdkafka" {
+            "librdkafka"
+        } else {
+            "Java ProducerPerformance"
+        },
+        kind,
+        rate,
+        figures,
+        seconds: elapsed.as_secs_f64(),
+        broker_cpu_per_gib: cpu / (records as f64 * 1024.0 / GIB),
+        broker,
+    }
+}
+
+fn end_to_end_run(
+    args: &Args,
+    deployment: &Deployment,
+    kind: BrokerKind,
+    topology: Topology,
+    acks: &str,
+) -> Run {
+    let topic = format!("e2e-{acks}");
+    let bootstrap = deployment.bootstrap();
+    workloads::create_replicated_topic(
+        &bootstrap,
+        &topic,
+        1,
+        topology.replication_factor(),
+        topology.topic_configs(),
+    );
+    let (e2e, cpu, broker) = with_broker_clocks(deployment, || {
+        java_clients::end_to_end_latency(
+            &args.kafka_run_class,
+            &bootstrap,
+            &topic,
+            acks,
+            args.seconds,
+        )
+    });
+    Run {
+        topology,
+        acks: acks.to_owned(),
+        load: None,
+        client: "Java EndToEndLatency",
+        kind,
+        rate: e2e.records as f64 / e2e.elapsed.as_secs_f64(),
+        figures: vec![ClientFigures {
+            measure: "end-to-end",
+            p50: e2e.p50_ms,
+            p99: e2e.p99_ms,
+            p999: e2e.p999_ms,
+            p9999: f64::NAN,
+            max: f64::NAN,
+            timeline: Vec::new(),
+        }],
+        seconds: e2e.elapsed.as_secs_f64(),
+        broker_cpu_per_gib: cpu / (e2e.records as f64 * 1024.0 / GIB),
+        broker,
+    }
+}
+
+/// Kafka's records/s with librdkafka as fast as it goes, on a fresh
+/// deployment of `topology`.
+fn kafka_max(args: &Args, sources: &BrokerSources, topology: Topology) -> f64 {
+    let deployment = Deployment::start(BrokerKind::Kafka, topology, sources, args);
+    let bootstrap = deployment.bootstrap();
+    workloads::create_replicated_topic(
+        &bootstrap,
+        "max",
+        6,
+        topology.replication_factor(),
+        topology.topic_configs(),
+    );
+    let outcome = workloads::produce(
+        &bootstrap,
+        &ProduceSpec {
+            topic: "max",
+            partitions: 6,
+            records: topology.max_records(),
+            value_bytes: 1024,
+            acks: topology.max_acks(),
+            linger_ms: 5,
+            rate: None,
+        },
+    );
+    deployment.stop();
+    outcome.records as f64 / outcome.elapsed.as_secs_f64()
+}
+
+/// Every run of one broker on one topology, on one fresh deployment, and
+/// its idle CPU (% of a core).
+fn broker_runs(
+    args: &Args,
+    sources: &BrokerSources,
+    kind: BrokerKind,
+    topology: Topology,
+    max: f64,
+) -> (Vec<Run>, f64) {
+    let deployment = Deployment::start(kind, topology, sources, args);
+    let cpu = deployment.cpu_seconds();
+    std::thread::sleep(Duration::from_secs(IDLE_SECONDS));
+    let idle_percent = (deployment.cpu_seconds() - cpu) / IDLE_SECONDS as f64 * 100.0;
+    eprintln!(
+        "{} on {}: idle {idle_percent:.2}% of a core",
+        kind.name(),
+        topology.name()
+    );
+    let mut runs = Vec::new();
+    for acks in &args.acks {
+        for load in &args.loads {
+            for client in &args.clients {
+                let client: &'static str = if client == "java" {
+                    "java"
+                } else {
+                    "librdkafka"
+                };
+                let rate = max * *load as f64 / 100.0;
+                eprintln!(
+                    "{} on {}: acks={acks}, {load}% ({rate:.0} records/s), {client}, {} s",
+                    kind.name(),
+                    topology.name(),
+                    args.seconds
+                );
+                let run =
+                    fixed_rate_run(args, &deployment, kind, topology, acks, *load, client, rate);
+                eprintln!("  {}", summary(&run));
+                runs.push(run);
+            }
+        }
+        if args.clients.iter().any(|c| c == "java") {
+            eprintln!(
+                "{} on {}: EndToEndLatency acks={acks}",
+                kind.name(),
+                topology.name()
+            );
+            let run = end_to_end_run(args, &deployment, kind, topology, acks);
+            eprintln!("  {}", summary(&run));
+            runs.push(run);
+        }
+    }
+    deployment.stop();
+    (runs, idle_percent)
+}
+
+fn summary(run: &Run) -> String {
+    run.figures
+        .iter()
+        .map(|f| format!("{} p99.9 {:.2} ms, max {:.2} ms", f.measure, f.p999, f.max))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+fn fmt(v: f64) -> String {
+    if !v.is_finite() {
+        "-".into()
+    } else if v >= 100.0 {
+        format!("{v:.0}")
+    } else if v >= 10.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+fn run_label(run: &Run) -> String {
+    format!(
+        "{}, acks={}, {}, {}",
+        run.topology.name(),
+        run.acks,
+        run.load.map_or("one at a time".to_owned(), |l| format!(
+            "{l}% ({:.0}/s)",
+            run.rate
+        )),
+        run.client
+    )
+}
+
+/// The report's tables: client percentiles of both brokers with the ratio
+/// at p99.9, ringbroker's broker-side Produce phases, CPU per GiB.
+fn tables(runs: &[Run]) -> String {
+    let mut out = String::from(
+        "| run | measure | ringbroker p50 | p99 | p99.9 | p99.99 | max | Kafka p50 | p99 | p99.9 | p99.99 | max | p99.9 ratio |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    let ours = runs.iter().filter(|r| r.kind == BrokerKind::Ringbroker);
+    let theirs = |run: &Run| {
+        runs.iter().find(|r| {
+            r.kind == BrokerKind::Kafka
+                && r.topology == run.topology
+                && r.acks == run.acks
+                && r.load == run.load
+                && r.client == run.client
+        })
+    };
+    for run in ours.clone() {
+        let kafka = theirs(run);
+        for (i, figures) in run.figures.iter().enumerate() {
+            let other = kafka.map(|k| &k.figures[i]);
+            let pick =
+                |f: Option<&ClientFigures>, p: fn(&ClientFigures) -> f64| f.map_or(f64::NAN, p);
+            out.push_str(&format!(
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {}x |\n",
+                run_label(run),
+                figures.measure,
+                fmt(figures.p50),
+                fmt(figures.p99),
+                fmt(figures.p999),
+                fmt(figures.p9999),
+                fmt(figures.max),
+                fmt(pick(other, |f| f.p50)),
+                fmt(pick(other, |f| f.p99)),
+                fmt(pick(other, |f| f.p999)),
+                fmt(pick(other, |f| f.p9999)),
+                fmt(pick(other, |f| f.max)),
+                fmt(figures.p999 / pick(other, |f| f.p999)),
+            ));
+        }
+    }
+    out.push_str(
+        "\nringbroker's own clocks over the same runs: Produce requests' TotalTimeMs and its phases (ms; every broker of the run added up; a bucket bound, at most 12.5% above), the shards' run-queue wait, and CPU against Kafka's.\n\n\
+         | run | requests | total p50 | p99 | p99.9 | p99.99 | max | local p99.9 | remote p99.9 | mesh wait p99.9 | append p99.9 | acks wait p99.9 | run-queue wait ms/s | ringbroker CPU-s/GiB | Kafka CPU-s/GiB | ratio |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for run in ours {
+        let Some(broker) = &run.broker else { continue };
+        let phase = |name: &str, q: f64| {
+            broker
+                .phases
+                .phases
+                .get(name)
+                .map_or(f64::NAN, |b| b.quantile_ms(q))
+        };
+        let total = broker.phases.phases.get("total").map_or(0, |b| b.count());
+        let kafka_cpu = theirs(run).map_or(f64::NAN, |k| k.broker_cpu_per_gib);
+        out.push_str(&format!(
+            "| {} | {total} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {}x |\n",
+            run_label(run),
+            fmt(phase("total", 0.5)),
+            fmt(phase("total", 0.99)),
+            fmt(phase("total", 0.999)),
+            fmt(phase("total", 0.9999)),
+            fmt(phase("total", 1.0)),
+            fmt(phase("local", 0.999)),
+            fmt(phase("remote", 0.999)),
+            fmt(phase("mesh wait", 0.999)),
+            fmt(phase("append", 0.999)),
+            fmt(phase("acks wait", 0.999)),
+            fmt(broker.phases.runqueue_wait_s * 1000.0 / run.seconds),
+            fmt(run.broker_cpu_per_gib),
+            fmt(kafka_cpu),
+            fmt(run.broker_cpu_per_gib / kafka_cpu),
+        ));
+    }
+    out
+}
+
+/// Each ringbroker run's slowest Produce requests, with the kernel's
+/// dirty/writeback memory and the shards' run-queue wait in that second.
+fn slowest(runs: &[Run]) -> String {
+    let mut out = String::new();
+    for run in runs.iter().filter(|r| r.kind == BrokerKind::Ringbroker) {
+        let Some(broker) = &run.broker else { continue };
+        out.push_str(&format!("\n**{}**\n\n", run_label(run)));
+        for (_, line) in &broker.slowest {
+            let second = line
+                .strip_prefix('+')
+                .and_then(|rest| rest.split(' ').next())
+                .and_then(|s| s.parse::<f64>().ok())
+                .and_then(|at| broker.seconds.iter().find(|s| s.at_s >= at));
+            let kernel = second.map_or(String::new(), |s| {
+                format!(
+                    "; that second: dirty {:.0} MiB, writeback {:.0} MiB, shards waited {:.1} ms for a CPU",
+                    s.dirty_mib, s.writeback_mib, s.runqueue_wait_ms
+                )
+            });
+            out.push_str(&format!("- {line}{kernel}\n"));
+        }
+    }
+    out
+}
+
+/// A chart per ringbroker run at the highest load with acks=all: client max
+/// and p99 (or average) by second for both brokers, and the broker's own.
+fn charts(runs: &[Run], results_dir: &std::path::Path, stamp: &str) -> Vec<String> {
+    let top = runs.iter().filter_map(|r| r.load).max();
+    let mut files = Vec::new();
+    for run in runs
+        .iter()
+        .filter(|r| r.kind == BrokerKind::Ringbroker && r.load.is_some() && r.load == top)
+    {
+        let kafka = runs.iter().find(|k| {
+            k.kind == BrokerKind::Kafka
+                && k.topology == run.topology
+                && k.acks == run.acks
+                && k.load == run.load
+                && k.client == run.client
+        });
+        let mut series = Vec::new();
+        let average = run.client.starts_with("Java");
+        for (who, color, source) in [
+            ("ringbroker", "#d9480f", Some(run)),
+            ("Kafka", "#1c7ed6", kafka),
+        ] {
+            let Some(source) = source else { continue };
+            let figures = &source.figures[0];
+            series.push(Series {
+                name: format!("{who} {} max", figures.measure),
+                color,
+                dashed: false,
+                points: figures
+                    .timeline
+                    .iter()
+                    .map(|(s, _, max)| (*s, *max))
+                    .collect(),
+            });
+            series.push(Series {
+                name: format!(
+                    "{who} {} {}",
+                    figures.measure,
+                    if average { "avg" } else { "p99" }
+                ),
+                color,
+                dashed: true,
+                points: figures.timeline.iter().map(|(s, p, _)| (*s, *p)).collect(),
+            });
+        }
+        if let Some(broker) = &run.broker {
+            series.push(Series {
+                name: "ringbroker broker Produce max".into(),
+                color: "#2f9e44",
+                dashed: false,
+                points: broker
+                    .seconds
+                    .iter()
+                    .map(|s| (s.at_s, s.broker_max_ms))
+                    .collect(),
+            });
+            series.push(Series {
+                name: "ringbroker broker Produce p99".into(),
+                color: "#2f9e44",
+                dashed: true,
+                points: broker
+                    .seconds
+                    .iter()
+                    .map(|s| (s.at_s, s.broker_p99_ms))
+                    .collect(),
+            });
+        }
+        let name = format!(
+            "{stamp}-tail-{}-acks{}-{}.svg",
+            if run.topology == Topology::Single {
+                "single"
+            } else {
+                "cluster"
+            },
+            run.acks,
+            run.client
+                .split(' ')
+                .next_back()
+                .unwrap_or("client")
+                .to_lowercase()
+        );
+        let svg = report::timeline_svg(&run_label(run), &series);
+        std::fs::write(results_dir.join(&name), svg).expect("write a chart");
+        files.push(name);
+    }
+    files
+}
+
+fn main() {
+    let args = Args::parse();
+    let sources = BrokerSources {
+        ringbroker_bin: args.ringbroker_bin.clone(),
+        kafka_run_class: args.kafka_run_class.clone(),
+        ringbroker_overrides: args.ringbroker_config.clone(),
+        kafka_zk_jars: args.kafka_zk_jars.clone(),
+    };
+    let kinds: Vec<BrokerKind> = [BrokerKind::Kafka, BrokerKind::Ringbroker]
+        .into_iter()
+        .filter(|kind| match args.only.as_deref() {
+            Some("ringbroker") => *kind == BrokerKind::Ringbroker,
+            Some("kafka") => *kind == BrokerKind::Kafka,
+            Some(other) => panic!("--only {other}: ringbroker or kafka"),
+            None => true,
+        })
+        .collect();
+    let mut runs = Vec::new();
+    let mut maxima = Vec::new();
+    let mut idle = Vec::new();
+    for name in &args.topologies {
+        let topology = match name.as_str() {
+            "single" => Topology::Single,
+            "cluster" => Topology::Cluster,
+            other => panic!("--topologies {other}: single or cluster"),
+        };
+        let given = match topology {
+            Topology::Single => args.kafka_max_single,
+            Topology::Cluster => args.kafka_max_cluster,
+        };
+        let max = given.unwrap_or_else(|| {
+            eprintln!("Kafka's maximum on {}", topology.name());
+            kafka_max(&args, &sources, topology)
+        });
+        eprintln!("Kafka's maximum on {}: {max:.0} records/s", topology.name());
+        maxima.push((topology, max, given.is_some()));
+        for kind in &kinds {
+            let (broker_runs, idle_percent) = broker_runs(&args, &sources, *kind, topology, max);
+            runs.extend(broker_runs);
+            idle.push((topology, *kind, idle_percent));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&args.work_dir);
+    std::fs::create_dir_all(&args.results_dir).expect("create the results directory");
+    let stamp = std::process::Command::new("date")
+        .args(["-u", "+%Y-%m-%dT%H-%M"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .expect("run date");
+    let charts = charts(&runs, &args.results_dir, &stamp);
+    let maxima: Vec<String> = maxima
+        .iter()
+        .map(|(t, max, given)| {
+            format!(
+                "{} {max:.0} records/s ({}, librdkafka, acks={}{})",
+                t.name(),
+                if *given { "given" } else { "measured first" },
+                t.max_acks(),
+                if *t == Topology::Cluster {
+                    ", replication factor 3, min.insync.replicas=2"
+                } else {
+                    ""
+                }
+            )
+        })
+        .collect();
+    let idle: Vec<String> = idle
+        .iter()
+        .map(|(t, k, p)| format!("{} on {}: {p:.2}% of a core", k.name(), t.name()))
+        .collect();
+    let command: Vec<String> = std::env::args().collect();
+    let markdown = format!(
+        "# Tail latency, ringbroker vs Apache Kafka, {stamp}\n\n\
+         Same machine, same run, loopback; each broker fresh per topology (Kafka 4 as a single KRaft node, Kafka 3.9.1 in ZooKeeper mode on three brokers; ringbroker with its defaults). \
+         Kafka's maximum: {}. Each fixed-rate run lasts {} s on its own 6-partition topic (replication factor 3 and min.insync.replicas=2 on three brokers), 1 KiB values, linger.ms=5. \
+         librdkafka counts from when each record was due (coordinated omission corrected), acknowledgement and end to end (a consumer reading from the end); \
+         Java ProducerPerformance (batch.size=262144) counts from send() and gives no p99.99; its timeline is its 5-second windows (average and max); \
+         EndToEndLatency sends one record at a time and waits for its consumer to read it, whole milliseconds.\n\n\
+         Idle (after start, {IDLE_SECONDS} s without traffic): {}.\n\n{}\n## Slowest requests (ringbroker)\n{}\n## Latency over time\n\n{}\n\nCommand: `{}`\n",
+        maxima.join("; "),
+        args.seconds,
+        idle.join("; "),
+        tables(&runs),
+        slowest(&runs),
+        charts.iter().map(|c| format!("![{c}]({c})")).collect::<Vec<_>>().join("\n"),
+        command.join(" ")
+    );
+    let path = args.results_dir.join(format!("{stamp}-tail-latency.md"));
+    std::fs::write(&path, &markdown).expect("write the report");
+    println!("{markdown}\nreport: {}", path.display());
+}
