@@ -13,7 +13,7 @@ use std::rc::Rc;
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures_channel::mpsc::{unbounded, UnboundedSender};
+use futures_channel::mpsc::{unbounded, TryRecvError, UnboundedReceiver, UnboundedSender};
 use futures_lite::StreamExt;
 use glommio::{LocalExecutorBuilder, Placement};
 use shards::log::{LogDirs, LogManager};
@@ -51,6 +51,30 @@ enum ShardSignal {
     /// Shard 0: ask the controller to move this broker's leaderships.
     ControlledShutdown,
     Stop,
+}
+
+/// How often a shard looks at its signals without being woken: a backstop,
+/// should a wake from another thread be lost (glommio's cross-thread wakes
+/// have raced before; see the mesh).
+const SIGNAL_BACKSTOP_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The next signal for a shard; a dropped sender stops it too.
+async fn next_signal(signals: &mut UnboundedReceiver<ShardSignal>) -> ShardSignal {
+    loop {
+        let woken = futures_lite::future::or(async { Some(signals.next().await) }, async {
+            glommio::timer::sleep(SIGNAL_BACKSTOP_INTERVAL).await;
+            None
+        })
+        .await;
+        match woken {
+            Some(signal) => return signal.unwrap_or(ShardSignal::Stop),
+            None => match signals.try_recv() {
+                Ok(signal) => return signal,
+                Err(TryRecvError::Closed) => return ShardSignal::Stop,
+                Err(TryRecvError::Empty) => {}
+            },
+        }
+    }
 }
 
 /// A running broker; `stop` shuts it down cleanly.
@@ -301,8 +325,7 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
                     glommio::spawn_local(metrics::http::serve(listener, broker.clone()))
                 });
                 let _ = ready.send(Ok(()));
-                // A dropped sender stops the shard too.
-                while let Some(ShardSignal::ControlledShutdown) = signals.next().await {
+                while let ShardSignal::ControlledShutdown = next_signal(&mut signals).await {
                     let (broker, done) = (broker.clone(), shutdown_done.clone());
                     glommio::spawn_local(async move {
                         controlled_shutdown::controlled_shutdown(&broker).await;
