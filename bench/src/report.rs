@@ -108,7 +108,7 @@ pub fn medians(runs: &[Metrics]) -> Metrics {
         .collect()
 }
 
-fn format_value(value: f64) -> String {
+pub fn format_value(value: f64) -> String {
     if !value.is_finite() {
         "-".into()
     } else if value >= 1000.0 {
@@ -157,6 +157,30 @@ pub fn table(ringbroker: &Metrics, kafka: &Metrics) -> String {
     out
 }
 
+/// A labelled horizontal line at each power of ten from 10^`low` to
+/// 10^`high`, across a plot `(left, width)` whose scale is `y`.
+fn decade_lines(
+    svg: &mut String,
+    (left, width): (f64, f64),
+    (low, high): (f64, f64),
+    y: impl Fn(f64) -> f64,
+) {
+    let mut decade = low;
+    while decade <= high {
+        let v = 10f64.powf(decade);
+        let _ = writeln!(
+            svg,
+            "<line x1=\"{left}\" x2=\"{}\" y1=\"{y0:.1}\" y2=\"{y0:.1}\" stroke=\"#ddd\"/><text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
+            left + width,
+            left - 6.0,
+            y(v) + 4.0,
+            format_value(v),
+            y0 = y(v)
+        );
+        decade += 1.0;
+    }
+}
+
 const COLORS: [(&str, &str); 2] = [("ringbroker", "#d9480f"), ("Apache Kafka", "#1c7ed6")];
 
 /// W2's latency percentiles on a log scale, one line per broker.
@@ -192,20 +216,7 @@ pub fn latency_svg(kind: &str, ringbroker: &Metrics, kafka: &Metrics) -> String 
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" font-family=\"sans-serif\" font-size=\"12\">\n\
          <text x=\"{left}\" y=\"20\" font-size=\"14\">W2 {kind} latency (ms, log scale)</text>\n"
     );
-    let mut decade = low;
-    while decade <= high {
-        let v = 10f64.powf(decade);
-        let _ = writeln!(
-            svg,
-            "<line x1=\"{left}\" x2=\"{}\" y1=\"{y0:.1}\" y2=\"{y0:.1}\" stroke=\"#ddd\"/><text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
-            left + plot_w,
-            left - 6.0,
-            y(v) + 4.0,
-            format_value(v),
-            y0 = y(v)
-        );
-        decade += 1.0;
-    }
+    decade_lines(&mut svg, (left, plot_w), (low, high), y);
     for (i, label) in labels.iter().enumerate() {
         let _ = writeln!(
             svg,
@@ -323,20 +334,7 @@ pub fn timeline_svg(title: &str, series: &[Series]) -> String {
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" font-family=\"sans-serif\" font-size=\"12\">\n\
          <text x=\"{left}\" y=\"20\" font-size=\"14\">{title} (ms, log scale, by second of the run)</text>\n"
     );
-    let mut decade = low;
-    while decade <= high {
-        let v = 10f64.powf(decade);
-        let _ = writeln!(
-            svg,
-            "<line x1=\"{left}\" x2=\"{}\" y1=\"{y0:.1}\" y2=\"{y0:.1}\" stroke=\"#ddd\"/><text x=\"{}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
-            left + plot_w,
-            left - 6.0,
-            y(v) + 4.0,
-            format_value(v),
-            y0 = y(v)
-        );
-        decade += 1.0;
-    }
+    decade_lines(&mut svg, (left, plot_w), (low, high), y);
     let step = (x_max / 6.0).ceil().max(1.0);
     let mut tick = 0.0;
     while tick <= x_max {

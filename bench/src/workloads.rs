@@ -229,9 +229,18 @@ fn consumer(address: &str, topic: &str, partitions: i32, from_end: bool) -> Base
     let mut assignment = TopicPartitionList::new();
     for partition in 0..partitions {
         let from = if from_end {
-            let (_, high) = consumer
-                .fetch_watermarks(topic, partition, Duration::from_secs(30))
-                .expect("the partition's end");
+            // A new topic's leaders may not be known to this client yet.
+            let deadline = Instant::now() + Duration::from_secs(30);
+            let high = loop {
+                match consumer.fetch_watermarks(topic, partition, Duration::from_secs(10)) {
+                    Ok((_, high)) => break high,
+                    Err(error) if Instant::now() < deadline => {
+                        eprintln!("  {topic}-{partition}'s end, again: {error}");
+                        std::thread::sleep(Duration::from_millis(200));
+                    }
+                    Err(error) => panic!("the end of {topic}-{partition}: {error}"),
+                }
+            };
             Offset::Offset(high)
         } else {
             Offset::Beginning

@@ -351,7 +351,7 @@ pub fn render(
     // Each phase's histogram lists only its occupied buckets: their bounds
     // are the same everywhere (`histogram::bucket_upper_bound_us`), so two
     // scrapes subtract bucket by bucket.
-    for phase in Phase::ALL {
+    for phase in Phase::REQUEST.into_iter().chain(Phase::PARTITION) {
         let name = header(&mut out, &phase.metric_name(), "histogram", phase.help());
         for (api, stats) in &requests {
             let Some(histogram) = stats.phases.get(&phase) else {

@@ -45,18 +45,8 @@ impl Phase {
         Phase::ResponseSend,
         Phase::Total,
     ];
-    pub const ALL: [Phase; 10] = [
-        Phase::RequestQueue,
-        Phase::Local,
-        Phase::Remote,
-        Phase::Throttle,
-        Phase::ResponseQueue,
-        Phase::ResponseSend,
-        Phase::Total,
-        Phase::MeshWait,
-        Phase::Append,
-        Phase::AcksWait,
-    ];
+    /// ringbroker's own, per partition.
+    pub const PARTITION: [Phase; 3] = [Phase::MeshWait, Phase::Append, Phase::AcksWait];
 
     /// Kafka's MBean name (`kafka.network:type=RequestMetrics,name=...`), or
     /// ringbroker's for its own phases.

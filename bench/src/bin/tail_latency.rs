@@ -16,7 +16,7 @@ use bench::broker_clocks::{self, Sampler, Scrape, Second};
 use bench::brokers::{self, BrokerKind, BrokerSources, RunningBroker};
 use bench::cluster::{self, Cluster};
 use bench::java_clients;
-use bench::report::{self, Series};
+use bench::report::{self, format_value, Series};
 use bench::workloads::{self, latency_ms, ProduceSpec, Timeline};
 use clap::Parser;
 use hdrhistogram::Histogram;
@@ -474,18 +474,6 @@ fn summary(run: &Run) -> String {
         .join("; ")
 }
 
-fn fmt(v: f64) -> String {
-    if !v.is_finite() {
-        "-".into()
-    } else if v >= 100.0 {
-        format!("{v:.0}")
-    } else if v >= 10.0 {
-        format!("{v:.1}")
-    } else {
-        format!("{v:.2}")
-    }
-}
-
 fn run_label(run: &Run) -> String {
     format!(
         "{}, acks={}, {}, {}",
@@ -525,17 +513,17 @@ fn tables(runs: &[Run]) -> String {
                 "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {}x |\n",
                 run_label(run),
                 figures.measure,
-                fmt(figures.p50),
-                fmt(figures.p99),
-                fmt(figures.p999),
-                fmt(figures.p9999),
-                fmt(figures.max),
-                fmt(pick(other, |f| f.p50)),
-                fmt(pick(other, |f| f.p99)),
-                fmt(pick(other, |f| f.p999)),
-                fmt(pick(other, |f| f.p9999)),
-                fmt(pick(other, |f| f.max)),
-                fmt(figures.p999 / pick(other, |f| f.p999)),
+                format_value(figures.p50),
+                format_value(figures.p99),
+                format_value(figures.p999),
+                format_value(figures.p9999),
+                format_value(figures.max),
+                format_value(pick(other, |f| f.p50)),
+                format_value(pick(other, |f| f.p99)),
+                format_value(pick(other, |f| f.p999)),
+                format_value(pick(other, |f| f.p9999)),
+                format_value(pick(other, |f| f.max)),
+                format_value(figures.p999 / pick(other, |f| f.p999)),
             ));
         }
     }
@@ -557,20 +545,20 @@ fn tables(runs: &[Run]) -> String {
         out.push_str(&format!(
             "| {} | {total} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {}x |\n",
             run_label(run),
-            fmt(phase("total", 0.5)),
-            fmt(phase("total", 0.99)),
-            fmt(phase("total", 0.999)),
-            fmt(phase("total", 0.9999)),
-            fmt(phase("total", 1.0)),
-            fmt(phase("local", 0.999)),
-            fmt(phase("remote", 0.999)),
-            fmt(phase("mesh wait", 0.999)),
-            fmt(phase("append", 0.999)),
-            fmt(phase("acks wait", 0.999)),
-            fmt(broker.phases.runqueue_wait_s * 1000.0 / run.seconds),
-            fmt(run.broker_cpu_per_gib),
-            fmt(kafka_cpu),
-            fmt(run.broker_cpu_per_gib / kafka_cpu),
+            format_value(phase("total", 0.5)),
+            format_value(phase("total", 0.99)),
+            format_value(phase("total", 0.999)),
+            format_value(phase("total", 0.9999)),
+            format_value(phase("total", 1.0)),
+            format_value(phase("local", 0.999)),
+            format_value(phase("remote", 0.999)),
+            format_value(phase("mesh wait", 0.999)),
+            format_value(phase("append", 0.999)),
+            format_value(phase("acks wait", 0.999)),
+            format_value(broker.phases.runqueue_wait_s * 1000.0 / run.seconds),
+            format_value(run.broker_cpu_per_gib),
+            format_value(kafka_cpu),
+            format_value(run.broker_cpu_per_gib / kafka_cpu),
         ));
     }
     out
