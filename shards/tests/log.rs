@@ -630,6 +630,57 @@ fn appended_data_is_written_back_as_it_goes() {
 }
 
 #[test]
+fn preallocated_segments_keep_their_size_and_give_back_blocks_when_they_roll() {
+    use std::os::unix::fs::MetadataExt;
+    const SEGMENT_BYTES: u64 = 4 * 1024 * 1024;
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let partition_dir = dir.path().join("topic-0");
+    // A segment file's size and the bytes of blocks it holds.
+    let sizes = |base: i64| {
+        let meta = fs::metadata(segment_file_path(&partition_dir, base, LOG_FILE_SUFFIX)).unwrap();
+        (meta.len(), meta.blocks() * 512)
+    };
+    let mut config = LogConfig::default();
+    config
+        .set("segment.bytes", &SEGMENT_BYTES.to_string())
+        .unwrap();
+    config.set("preallocate", "true").unwrap();
+    run(async {
+        let log = std::rc::Rc::new(open_log(dir.path(), config.clone(), 0, false).await);
+        let (size, allocated) = sizes(0);
+        assert_eq!(size, 0, "the size is the data's, not the preallocation's");
+        assert!(allocated >= SEGMENT_BYTES, "{allocated} bytes allocated");
+        log.append_as_leader(batch(0, 16, 60 * 1024, 5_000), 0, 5_000)
+            .await
+            .unwrap();
+        log.roll(5_000).await.unwrap();
+        let (size, allocated) = sizes(0);
+        assert!(
+            size > 900 * 1024 && allocated < size + 64 * 1024,
+            "{size} bytes, {allocated} allocated after the roll"
+        );
+        assert!(
+            sizes(16).1 >= SEGMENT_BYTES,
+            "the new segment is preallocated"
+        );
+        log.close().await.unwrap();
+        assert_eq!(
+            sizes(16),
+            (0, 0),
+            "closing gives back the active segment's blocks"
+        );
+    });
+    run(async {
+        let log = open_log(dir.path(), config, 0, true).await;
+        assert!(
+            sizes(16).1 >= SEGMENT_BYTES,
+            "reopened, the active segment is preallocated again"
+        );
+        assert_eq!(read_all(&log).await.len(), 16);
+    });
+}
+
+#[test]
 fn a_log_moved_to_another_dir_keeps_its_records_and_takes_appends_there() {
     use shards::log::{LogDirs, LogManager, LogManagerConfig, TopicPartition};
     let (first, second) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());

@@ -51,6 +51,9 @@ pub struct LogConfig {
     pub min_insync_replicas: i32,
     /// Stored for the controller's elections, which replication brings.
     pub unclean_leader_election_enable: bool,
+    /// `preallocate`: a new active segment gets `segment.bytes` of blocks up
+    /// front (see `SegmentFile::preallocate`), trimmed when it rolls.
+    pub preallocate: bool,
 }
 
 impl Default for LogConfig {
@@ -82,6 +85,7 @@ impl Default for LogConfig {
             compression_zstd_level: 3,
             min_insync_replicas: 1,
             unclean_leader_election_enable: false,
+            preallocate: false,
         }
     }
 }
@@ -124,6 +128,7 @@ pub const TOPIC_CONFIG_NAMES: &[&str] = &[
     "compression.zstd.level",
     "min.insync.replicas",
     "unclean.leader.election.enable",
+    "preallocate",
 ];
 
 fn parse_number<T: std::str::FromStr + PartialOrd + fmt::Display>(
@@ -278,6 +283,7 @@ impl LogConfig {
             "unclean.leader.election.enable" => {
                 self.unclean_leader_election_enable = parse_bool(name, value)?
             }
+            "preallocate" => self.preallocate = parse_bool(name, value)?,
             _ => {
                 return Err(ConfigError {
                     name: name.into(),
@@ -331,6 +337,7 @@ impl LogConfig {
             "compression.zstd.level" => self.compression_zstd_level.to_string(),
             "min.insync.replicas" => self.min_insync_replicas.to_string(),
             "unclean.leader.election.enable" => self.unclean_leader_election_enable.to_string(),
+            "preallocate" => self.preallocate.to_string(),
             _ => return None,
         })
     }

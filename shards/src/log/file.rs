@@ -208,6 +208,25 @@ impl SegmentFile {
         self.file.file_size().await.map_err(to_io)
     }
 
+    /// Allocates the blocks of `[0, size_bytes)` ahead of the appends without
+    /// changing the file's size (fallocate KEEP_SIZE, through io_uring): an
+    /// append then lands in allocated extents, so neither it nor the writeback
+    /// of the pages before it takes ext4's block-map lock to allocate, and an
+    /// append no longer waits behind a writeback that waits for the disk.
+    /// `truncate` to the file's size gives back what was not used. A file
+    /// system without fallocate leaves the appends as they were.
+    pub async fn preallocate(&self, size_bytes: u64) -> io::Result<()> {
+        match self
+            .file
+            .pre_allocate(size_bytes, true)
+            .await
+            .map_err(to_io)
+        {
+            Err(error) if error.raw_os_error() == Some(libc::EOPNOTSUPP) => Ok(()),
+            result => result,
+        }
+    }
+
     pub async fn truncate(&self, size_bytes: u64) -> io::Result<()> {
         self.file.truncate(size_bytes).await.map_err(to_io)
     }

@@ -267,6 +267,10 @@ impl Log {
                 start,
                 Rc::new(LogSegment::create(dir, start, "", &config, now_ms).await?),
             );
+        } else if config.preallocate {
+            // The active segment again: its blocks ahead, as when it was created.
+            let active = segments.values().next_back().unwrap();
+            active.preallocate(config.segment_bytes).await?;
         }
         let log_end_offset = segments.values().next_back().unwrap().next_offset();
         // DeleteRecords may have moved the start past the first segment's base.
@@ -685,6 +689,9 @@ impl Log {
             return Ok(old); // already empty at the log end
         }
         old.on_become_inactive()
+            .map_err(|error| self.health.on_error(error.into()))?;
+        old.trim_preallocated()
+            .await
             .map_err(|error| self.health.on_error(error.into()))?;
         let segment = Rc::new(
             LogSegment::create(&self.dir, base, "", &self.config(), now_ms)
@@ -1223,6 +1230,10 @@ impl Log {
     /// Flushes everything and leaves files ready for a clean restart.
     pub async fn close(&self) -> Result<(), LogError> {
         let _permit = permit(&self.append_lock).await;
+        self.active_segment()
+            .trim_preallocated()
+            .await
+            .map_err(|error| self.health.on_error(error.into()))?;
         self.flush().await
     }
 }

@@ -101,6 +101,9 @@ pub struct LogSegment {
     created_ms: i64,
     index_interval_bytes: u64,
     writeback: Rc<Writeback>,
+    /// Whether blocks past the end were preallocated (`preallocate`), for the
+    /// roll to give back.
+    preallocated: Cell<bool>,
 }
 
 /// What of a segment's appended bytes was handed to the kernel's writeback
@@ -167,7 +170,7 @@ impl LogSegment {
             (config.segment_index_bytes / 12) as usize,
         )
         .await?;
-        Ok(Self::assemble(
+        let segment = Self::assemble(
             dir,
             base_offset,
             log,
@@ -175,7 +178,30 @@ impl LogSegment {
             time_index,
             config,
             now_ms,
-        ))
+        );
+        // The cleaner's segments are written whole and never appended to.
+        if config.preallocate && stage.is_empty() {
+            segment.preallocate(config.segment_bytes).await?;
+        }
+        Ok(segment)
+    }
+
+    /// Allocates the log file's blocks up to `size_bytes` for the appends to
+    /// come (Kafka's `preallocate`); the file's size stays its data's.
+    pub async fn preallocate(&self, size_bytes: u64) -> io::Result<()> {
+        self.log.preallocate(size_bytes).await?;
+        self.preallocated.set(true);
+        Ok(())
+    }
+
+    /// Gives back the blocks preallocated past the data, when the segment stops
+    /// being active or its log closes. The caller holds the log's append lock:
+    /// a truncation must not race this one.
+    pub async fn trim_preallocated(&self) -> io::Result<()> {
+        if self.preallocated.replace(false) {
+            self.log.truncate(self.size_bytes()).await?;
+        }
+        Ok(())
     }
 
     fn assemble(
@@ -201,6 +227,7 @@ impl LogSegment {
             created_ms: now_ms,
             index_interval_bytes: config.index_interval_bytes,
             writeback: Rc::default(),
+            preallocated: Cell::new(false),
         }
     }
 
@@ -673,6 +700,7 @@ impl LogSegment {
         offset_file.truncate(index_size).await?;
         time_file.truncate(time_size).await?;
         self.log.truncate(position).await?;
+        self.preallocated.set(false); // what was past `position` is gone too
         self.size_bytes.set(position);
         // What was handed to writeback past the new end is gone.
         let writeback = &self.writeback;
