@@ -391,6 +391,30 @@ pub fn create_replicated_topic(
     }
 }
 
+/// Records each partition takes in `warm_up_topic`.
+const WARM_UP_RECORDS_PER_PARTITION: u64 = 16;
+
+/// Produces a few records to every partition with acks=all and waits for
+/// them all: a fresh topic's followers have then fetched and its producers
+/// know every leader, so a timed run starting next does not measure the
+/// topic's first second (followers joining took 0.8 s of acks wait).
+pub fn warm_up_topic(address: &str, topic: &str, partitions: i32) {
+    let spec = ProduceSpec {
+        topic,
+        partitions,
+        records: partitions as u64 * WARM_UP_RECORDS_PER_PARTITION,
+        value_bytes: 1024,
+        acks: "all",
+        linger_ms: 0,
+        rate: None,
+    };
+    let outcome = produce(address, &spec);
+    assert_eq!(
+        outcome.records, spec.records,
+        "every warm-up record acknowledged"
+    );
+}
+
 /// Percentiles reported for latencies, with their labels.
 pub const PERCENTILES: &[(&str, f64)] = &[
     ("p50", 50.0),

@@ -272,6 +272,7 @@ fn fixed_rate_run(
         topology.replication_factor(),
         topology.topic_configs(),
     );
+    workloads::warm_up_topic(&bootstrap, &topic, 6);
     let records = (rate * args.seconds as f64) as u64;
     let ((figures, elapsed), cpu, broker) = with_broker_clocks(deployment, || match client {
         "librdkafka" => {
@@ -352,6 +353,7 @@ fn end_to_end_run(
         topology.replication_factor(),
         topology.topic_configs(),
     );
+    workloads::warm_up_topic(&bootstrap, &topic, 1);
     let (e2e, cpu, broker) = with_broker_clocks(deployment, || {
         java_clients::end_to_end_latency(
             &args.kafka_run_class,
