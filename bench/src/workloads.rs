@@ -392,7 +392,7 @@ pub fn create_replicated_topic(
 }
 
 /// Records each partition takes in `warm_up_topic`.
-const WARM_UP_RECORDS_PER_PARTITION: u64 = 16;
+pub const WARM_UP_RECORDS_PER_PARTITION: u64 = 16;
 
 /// Produces a few records to every partition with acks=all and waits for
 /// them all: a fresh topic's followers have then fetched and its producers

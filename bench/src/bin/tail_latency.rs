@@ -17,7 +17,7 @@ use bench::brokers::{self, BrokerKind, BrokerSources, RunningBroker};
 use bench::cluster::{self, Cluster};
 use bench::java_clients;
 use bench::report::{self, format_value, Series};
-use bench::workloads::{self, latency_ms, ProduceSpec, Timeline};
+use bench::workloads::{self, latency_ms, ProduceSpec, Timeline, WARM_UP_RECORDS_PER_PARTITION};
 use clap::Parser;
 use hdrhistogram::Histogram;
 use tikv_jemalloc_sys as _;
@@ -229,6 +229,9 @@ const SLOWEST_LISTED: usize = 8;
 /// How long a deployment sits idle for its idle CPU figure.
 const IDLE_SECONDS: u64 = 10;
 
+/// Partitions of the fixed-rate runs' topics and of the maximum's.
+const PARTITIONS: i32 = 6;
+
 /// Runs `work` with the broker's clocks around it: scrapes before and
 /// after, a sampler each second, the slowest requests afterwards.
 fn with_broker_clocks<T>(
@@ -268,17 +271,17 @@ fn fixed_rate_run(
     workloads::create_replicated_topic(
         &bootstrap,
         &topic,
-        6,
+        PARTITIONS,
         topology.replication_factor(),
         topology.topic_configs(),
     );
-    workloads::warm_up_topic(&bootstrap, &topic, 6);
+    workloads::warm_up_topic(&bootstrap, &topic, PARTITIONS);
     let records = (rate * args.seconds as f64) as u64;
     let ((figures, elapsed), cpu, broker) = with_broker_clocks(deployment, || match client {
         "librdkafka" => {
             let spec = ProduceSpec {
                 topic: &topic,
-                partitions: 6,
+                partitions: PARTITIONS,
                 records,
                 value_bytes: 1024,
                 acks,
@@ -393,7 +396,7 @@ fn kafka_max(args: &Args, sources: &BrokerSources, topology: Topology) -> f64 {
     workloads::create_replicated_topic(
         &bootstrap,
         "max",
-        6,
+        PARTITIONS,
         topology.replication_factor(),
         topology.topic_configs(),
     );
@@ -401,7 +404,7 @@ fn kafka_max(args: &Args, sources: &BrokerSources, topology: Topology) -> f64 {
         &bootstrap,
         &ProduceSpec {
             topic: "max",
-            partitions: 6,
+            partitions: PARTITIONS,
             records: topology.max_records(),
             value_bytes: 1024,
             acks: topology.max_acks(),
@@ -753,7 +756,8 @@ fn main() {
     let markdown = format!(
         "# Tail latency, ringbroker vs Apache Kafka, {stamp}\n\n\
          Same machine, same run, loopback; each broker fresh per topology (Kafka 4 as a single KRaft node, Kafka 3.9.1 in ZooKeeper mode on three brokers; ringbroker with its defaults). \
-         Kafka's maximum: {}. Each fixed-rate run lasts {} s on its own 6-partition topic (replication factor 3 and min.insync.replicas=2 on three brokers), 1 KiB values, linger.ms=5. \
+         Kafka's maximum: {}. Each fixed-rate run lasts {} s on its own {PARTITIONS}-partition topic (replication factor 3 and min.insync.replicas=2 on three brokers), 1 KiB values, linger.ms=5, \
+         after {WARM_UP_RECORDS_PER_PARTITION} untimed acks=all records per partition. \
          librdkafka counts from when each record was due (coordinated omission corrected), acknowledgement and end to end (a consumer reading from the end); \
          Java ProducerPerformance (batch.size=262144) counts from send() and gives no p99.99; its timeline is its 5-second windows (average and max); \
          EndToEndLatency sends one record at a time and waits for its consumer to read it, whole milliseconds.\n\n\
