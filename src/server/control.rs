@@ -700,9 +700,15 @@ impl<Z: ZkClient> ControlPlane<Z> {
         let merged_tx = std::rc::Rc::new(merged_tx);
         self.events = std::rc::Rc::downgrade(&merged_tx);
         let mut shards_left = Vec::new();
+        // Closed once a shard hung up: an image sent to a shard that is
+        // stopping can sit in its channel unread, with the answer it carries.
+        let mut hung_up = Vec::new();
         for receiver in ends.requests {
             let merged_tx = merged_tx.clone();
+            let (hung_up_tx, hung_up_rx) = local_channel::new_bounded::<()>(1);
+            hung_up.push(hung_up_rx);
             shards_left.push(glommio::spawn_local(async move {
+                let _hung_up = hung_up_tx;
                 let receiver: ConnectedReceiver<ControlRequest> = receiver.connect().await;
                 while let Some(request) = receiver.recv().await {
                     if merged_tx
@@ -808,7 +814,7 @@ impl<Z: ZkClient> ControlPlane<Z> {
                 self.schedule_auto_leader_rebalance(AUTO_LEADER_REBALANCE_FIRST_DELAY);
             }
             if let Some(image) = changed.then(|| self.next_image()).flatten() {
-                for shard in &images {
+                for (shard, hung_up) in images.iter().zip(&hung_up) {
                     let (applied, done) = oneshot::channel();
                     if shard
                         .send(ApplyImage {
@@ -818,7 +824,15 @@ impl<Z: ZkClient> ControlPlane<Z> {
                         .await
                         .is_ok()
                     {
-                        let _ = done.await;
+                        futures_lite::future::or(
+                            async {
+                                let _ = done.await;
+                            },
+                            async {
+                                assert!(hung_up.recv().await.is_none(), "never sent");
+                            },
+                        )
+                        .await;
                     }
                 }
             }
