@@ -49,6 +49,15 @@ fn returned_bytes(response: &FetchResponse) -> Vec<usize> {
     bytes
 }
 
+/// Every partition's high watermark (a sessionless fetch answers them all).
+fn high_watermarks(response: &FetchResponse) -> Vec<i64> {
+    let mut watermarks = vec![-1; PARTITIONS as usize];
+    for partition in response.responses.iter().flat_map(|t| &t.partitions) {
+        watermarks[partition.partition_index as usize] = partition.high_watermark;
+    }
+    watermarks
+}
+
 fn batch(value_bytes: usize) -> Vec<u8> {
     let mut builder = RecordBatchBuilder::new(0, shards::log::wall_clock_ms());
     builder.append(
@@ -123,6 +132,8 @@ fn a_parked_fetch_answers_when_data_arrives() {
             "partition {partition}: answered after {waited:?}"
         );
         from[partition as usize] += 1;
+        // The partitions that did not move answer too, with where they stand.
+        assert_eq!(high_watermarks(&response), from, "partition {partition}");
     }
 
     // min_bytes: one small append is not enough; the fetch stays parked until

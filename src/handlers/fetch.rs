@@ -19,6 +19,7 @@ use super::RequestContext;
 use crate::protocol::{ErrorCode, Records, ResponseError};
 use crate::replication::quota::{is_throttled, LEADER_REPLICATION_THROTTLED_REPLICAS};
 use crate::replication::{PartitionFetch, ReadResult};
+use crate::server::broker::WokenReads;
 use crate::server::fetch_session::{next_epoch, CachedPartition, SessionKey};
 
 const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
@@ -199,6 +200,9 @@ pub async fn handle(
         .collect();
     // The broker bounds what one response may hold (`fetch.max.bytes`).
     let max_bytes = (request.max_bytes.max(0) as usize).min(ctx.broker.config.fetch_max_bytes);
+    // What a woken fetch read again (the partitions of the shard that woke
+    // it), over the pass before it, which found nothing at all.
+    let mut woken: Option<(Vec<ReadResult>, WokenReads)> = None;
     let results = loop {
         // Every partition is read at once (on its own shard), each up to its
         // own limit; the response's budget is then applied in request order,
@@ -236,13 +240,11 @@ pub async fn handle(
             .collect();
         // Every partition read at once, one mesh hop per shard; a topic id
         // this broker does not know is answered here.
-        let mut reads = Vec::with_capacity(targets.len());
-        for (((name, partition), cached), ((limit, held), candidates)) in targets
+        let fetches: Vec<Option<PartitionFetch>> = targets
             .iter()
             .zip(limits.iter().zip(&held).zip(&candidates))
-        {
-            if !name.is_empty() {
-                let fetch = PartitionFetch {
+            .map(|(((name, _), cached), ((limit, held), candidates))| {
+                (!name.is_empty()).then(|| PartitionFetch {
                     fetch_offset: cached.fetch_offset,
                     max_bytes: *limit,
                     min_one_batch: !held,
@@ -251,22 +253,39 @@ pub async fn handle(
                     replica_id,
                     from_any_replica,
                     preferred_read_candidates: candidates.clone(),
-                };
-                reads.push((TopicPartition::new(name.as_str(), *partition), fetch));
+                })
+            })
+            .collect();
+        let read: Vec<ReadResult> = match woken.take() {
+            Some((mut read, fresh)) => {
+                for (slot, result) in fresh {
+                    read[slot] = result;
+                }
+                read
             }
-        }
-        let mut read = ctx
-            .broker
-            .read_all(reads, from_any_replica)
-            .await
-            .into_iter();
-        let read = targets.iter().map(|((name, _), _)| {
-            if name.is_empty() {
-                ReadResult::error(ResponseError::UnknownTopicId)
-            } else {
-                read.next().expect("one read per known partition")
+            None => {
+                let reads = targets
+                    .iter()
+                    .zip(&fetches)
+                    .filter_map(|(((name, partition), _), fetch)| {
+                        let tp = TopicPartition::new(name.as_str(), *partition);
+                        Some((tp, fetch.clone()?))
+                    })
+                    .collect();
+                let mut read = ctx
+                    .broker
+                    .read_all(reads, from_any_replica)
+                    .await
+                    .into_iter();
+                fetches
+                    .iter()
+                    .map(|fetch| match fetch {
+                        Some(_) => read.next().expect("one read per known partition"),
+                        None => ReadResult::error(ResponseError::UnknownTopicId),
+                    })
+                    .collect()
             }
-        });
+        };
         let mut budget = max_bytes;
         let mut total_bytes = 0usize;
         let mut any_error = false;
@@ -301,7 +320,10 @@ pub async fn handle(
             break results;
         }
         // Too little: wait for an append to one of these partitions (or the
-        // deadline), then read again.
+        // deadline), then read again. After a pass that found nothing at all
+        // (no records, so nothing the budget held back), only the partitions
+        // of the shard that woke the fetch are read again, on that shard as it
+        // answers: the rest have not moved. A throttled follower reads afresh.
         let seen = targets
             .iter()
             .zip(&results)
@@ -312,8 +334,17 @@ pub async fn handle(
                 )
             })
             .collect();
+        let reread = total_bytes == 0 && !throttled.contains(&true);
+        let reads = reread.then(|| {
+            fetches
+                .into_iter()
+                // An unknown topic id is an error, which answers at once.
+                .map(|fetch| fetch.expect("a parked fetch knows its topics"))
+                .collect()
+        });
         ctx.times.local_complete_at(Instant::now());
-        ctx.broker.park_fetch(seen, watched, deadline).await;
+        let fresh = ctx.broker.park_fetch(seen, reads, watched, deadline).await;
+        woken = fresh.map(|fresh| (results, fresh));
     };
 
     // Session bookkeeping: what each partition's client now knows.

@@ -356,14 +356,15 @@ impl ReplicaManager {
     /// Kafka's DelayedFetch on this shard's partitions: returns when the
     /// watched offset (a consumer's high watermark, a follower's log end) of
     /// one of them moves from what the fetch saw (`seen`), when one goes or
-    /// changes leadership, when the fetch is released, or at `deadline`.
+    /// changes leadership, when the fetch is released, or at `deadline`. True
+    /// when a partition moved or went: what the fetch should read again.
     pub async fn watch_partitions(
         &self,
         id: ParkedFetchId,
         seen: Vec<(TopicPartition, i64)>,
         watched: WatchedOffset,
         deadline: Instant,
-    ) {
+    ) -> bool {
         let watched_partitions: Vec<_> = seen
             .iter()
             .filter_map(|(tp, seen)| Some((self.online_partition(tp).ok()?, *seen)))
@@ -371,7 +372,7 @@ impl ReplicaManager {
         if watched_partitions.iter().any(|(partition, seen)| {
             partition.log().watched_offset(watched) != *seen || partition.is_deleted()
         }) {
-            return; // moved (or went) while the request crossed the mesh
+            return true; // moved (or went) while the request crossed the mesh
         }
         let parked = ParkedFetch::register(
             self,
@@ -383,11 +384,23 @@ impl ReplicaManager {
             watched,
         );
         let timeout = glommio::timer::sleep(deadline.saturating_duration_since(Instant::now()));
-        or(parked.watch.moved(), timeout).await;
+        let moved = or(
+            async {
+                parked.watch.moved().await;
+                true
+            },
+            async {
+                timeout.await;
+                false
+            },
+        )
+        .await;
+        // A release takes the fetch out of `parked_fetches` before it wakes it.
+        moved && self.parked_fetches.borrow().contains_key(&id)
     }
 
     pub fn release_parked_fetch(&self, id: ParkedFetchId) {
-        if let Some(watch) = self.parked_fetches.borrow().get(&id) {
+        if let Some(watch) = self.parked_fetches.borrow_mut().remove(&id) {
             watch.wake();
         }
     }

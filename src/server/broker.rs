@@ -35,6 +35,10 @@ use crate::replication::{
     ReplicaManager,
 };
 
+/// The partitions a parked fetch's waking shard read again, by their index in
+/// the fetch's `seen`.
+pub type WokenReads = Vec<(usize, ReadResult)>;
+
 pub struct ShardBroker {
     pub shard_id: usize,
     pub config: Arc<BrokerConfig>,
@@ -412,20 +416,30 @@ impl ShardBroker {
     /// Parks a fetch that found too little until the high watermark of one of
     /// its partitions moves from what the fetch saw (`seen`), or until
     /// `deadline`: Kafka's DelayedFetch. Each owning shard watches its own.
+    /// Given `reads` (one per partition of `seen`), the shard whose partition
+    /// moved reads its partitions again before it answers, so the answer that
+    /// wakes the fetch carries them (by their index in `seen`), no second hop
+    /// to read them; None at the deadline, or without `reads`.
     pub async fn park_fetch(
         self: &Rc<Self>,
         seen: Vec<(TopicPartition, i64)>,
+        reads: Option<Vec<PartitionFetch>>,
         watched: WatchedOffset,
         deadline: Instant,
-    ) {
-        let mut by_shard: BTreeMap<usize, Vec<(TopicPartition, i64)>> = BTreeMap::new();
-        for (tp, high_watermark) in seen {
+    ) -> Option<WokenReads> {
+        type Watch = (usize, TopicPartition, i64, Option<PartitionFetch>);
+        let mut reads = reads.map(Vec::into_iter);
+        let mut by_shard: BTreeMap<usize, Vec<Watch>> = BTreeMap::new();
+        for (slot, (tp, high_watermark)) in seen.into_iter().enumerate() {
+            let read = reads
+                .as_mut()
+                .map(|reads| reads.next().expect("a read per partition"));
             // A consumer may be parked on a follower (KIP-392).
             if let Ok(shard) = self.replica_shard(&tp.topic, tp.partition, false) {
                 by_shard
                     .entry(shard)
                     .or_default()
-                    .push((tp, high_watermark));
+                    .push((slot, tp, high_watermark, read));
             }
         }
         let id = self.replica_manager.next_parked_fetch_id();
@@ -434,28 +448,47 @@ impl ShardBroker {
             .copied()
             .filter(|shard| *shard != self.shard_id)
             .collect();
-        let mut parked: Vec<Pin<Box<dyn Future<Output = ()>>>> = vec![Box::pin(
-            glommio::timer::sleep(deadline.saturating_duration_since(Instant::now())),
-        )];
+        let timeout = deadline.saturating_duration_since(Instant::now());
+        let mut parked: Vec<Pin<Box<dyn Future<Output = Option<WokenReads>>>>> =
+            vec![Box::pin(async move {
+                glommio::timer::sleep(timeout).await;
+                None
+            })];
         for (shard, partitions) in by_shard {
             let broker = self.clone();
             parked.push(Box::pin(async move {
-                let _ = broker
+                let job = move |broker: Rc<ShardBroker>| async move {
+                    let seen = partitions
+                        .iter()
+                        .map(|(_, tp, high_watermark, _)| (tp.clone(), *high_watermark))
+                        .collect();
+                    let replicas = &broker.replica_manager;
+                    if !replicas.watch_partitions(id, seen, watched, deadline).await {
+                        return None;
+                    }
+                    let reads: Option<Vec<_>> = partitions
+                        .into_iter()
+                        .map(|(slot, tp, _, read)| Some((slot, tp, read?)))
+                        .collect();
+                    let fresh = reads?.into_iter().map(|(slot, tp, read)| {
+                        let broker = broker.clone();
+                        async move { (slot, broker.read_here(&tp, read).await) }
+                    });
+                    Some(join_all(fresh).await)
+                };
+                broker
                     .mesh()
-                    .invoke_on(shard, &broker, move |broker: Rc<ShardBroker>| async move {
-                        broker
-                            .replica_manager
-                            .watch_partitions(id, partitions, watched, deadline)
-                            .await
-                    })
-                    .await;
+                    .invoke_on(shard, &broker, job)
+                    .await
+                    .ok()
+                    .flatten()
             }));
         }
         let first_done = parked
             .into_iter()
             .reduce(|a, b| Box::pin(or(a, b)))
             .expect("the deadline is always there");
-        first_done.await;
+        let woken = first_done.await;
         // The watch here went with its future. The other shards release theirs
         // themselves, on a job, rather than by a waker fired from this thread
         // (which can race glommio's teardown of the task it wakes); a release
@@ -465,6 +498,28 @@ impl ShardBroker {
                 .try_submit_on(shard, move |broker: Rc<ShardBroker>| async move {
                     broker.replica_manager.release_parked_fetch(id)
                 });
+        }
+        woken
+    }
+
+    /// One read of this shard's replica of `tp`, as `read_all` reads it.
+    async fn read_here(&self, tp: &TopicPartition, read: PartitionFetch) -> ReadResult {
+        match self.hosted_partition(tp, !read.from_any_replica) {
+            Ok(partition) => partition.fetch(read).await,
+            Err(error) => ReadResult::error(error),
+        }
+    }
+
+    /// This shard's replica of `tp`, which it must lead with `leader_only`.
+    fn hosted_partition(
+        &self,
+        tp: &TopicPartition,
+        leader_only: bool,
+    ) -> Result<Rc<Partition>, ResponseError> {
+        if leader_only {
+            self.replica_manager.leader_partition(tp)
+        } else {
+            self.replica_manager.online_partition(tp)
         }
     }
 
@@ -617,15 +672,7 @@ impl ShardBroker {
                 let waited = sent.elapsed();
                 let done = join_all(group.into_iter().map(|(_, tp, work)| {
                     let broker = broker.clone();
-                    async move {
-                        let replicas = &broker.replica_manager;
-                        let partition = if leader_only {
-                            replicas.leader_partition(&tp)?
-                        } else {
-                            replicas.online_partition(&tp)?
-                        };
-                        work(partition).await
-                    }
+                    async move { work(broker.hosted_partition(&tp, leader_only)?).await }
                 }))
                 .await;
                 (waited, done)
