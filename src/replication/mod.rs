@@ -6,6 +6,8 @@
 //! `PartitionState` holds Kafka's replication rules as pure functions; a
 //! follower's `ReplicaFetcher` fetches from its leader, and a leader's ISR
 //! changes go to the controller through the `AlterPartitionManager`.
+//! `SharedPartitionOffsets` publishes every held partition's high watermark to
+//! all shards.
 
 mod alter_partition_manager;
 pub mod hosted_partitions;
@@ -14,8 +16,10 @@ pub mod partition_state;
 pub mod quota;
 mod replica_fetcher;
 mod replica_manager;
+mod shared_offsets;
 
 pub use partition::{
     AppendError, AppendResult, AppendTiming, OffsetAndEpoch, Partition, PartitionFetch, ReadResult,
 };
 pub use replica_manager::ReplicaManager;
+pub use shared_offsets::SharedPartitionOffsets;

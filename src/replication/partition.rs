@@ -144,6 +144,20 @@ impl ReadResult {
             preferred_read_replica: -1,
         }
     }
+
+    /// No records: where the partition stands.
+    pub fn empty(high_watermark: i64, watched_offset: i64, log_start_offset: i64) -> Self {
+        Self {
+            error: None,
+            high_watermark,
+            watched_offset,
+            diverging_epoch: None,
+            last_stable_offset: high_watermark,
+            log_start_offset,
+            records: None,
+            preferred_read_replica: -1,
+        }
+    }
 }
 
 /// ListOffsets' answer for one partition.
@@ -477,17 +491,11 @@ impl Partition {
     }
 
     fn empty_result(&self, isolation: WatchedOffset) -> ReadResult {
-        let high_watermark = self.high_watermark();
-        ReadResult {
-            error: None,
-            high_watermark,
-            watched_offset: self.log.watched_offset(isolation),
-            diverging_epoch: None,
-            last_stable_offset: high_watermark,
-            log_start_offset: self.log.log_start_offset(),
-            records: None,
-            preferred_read_replica: -1,
-        }
+        ReadResult::empty(
+            self.high_watermark(),
+            self.log.watched_offset(isolation),
+            self.log.log_start_offset(),
+        )
     }
 
     /// A follower fetched from `fetch_offset`: Kafka's

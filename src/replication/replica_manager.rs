@@ -19,6 +19,7 @@ use super::alter_partition_manager::AlterPartitionManager;
 use super::partition::{IsrChangeCounts, Partition};
 use super::partition_state::Transition;
 use super::replica_fetcher::ReplicaFetcherManager;
+use super::shared_offsets::SharedPartitionOffsets;
 use crate::config::BrokerConfig;
 use crate::metadata::image::{kafka_uuid_string, MetadataImage};
 use crate::metrics::ReplicationGauges;
@@ -45,6 +46,8 @@ pub struct ReplicaManager {
     /// entry per connection fetching from here.
     parked_fetches: RefCell<HashMap<ParkedFetchId, Rc<FetchWatch>>>,
     next_parked_fetch: Cell<u64>,
+    /// Every shard's partitions' high watermarks, this shard's published here.
+    pub shared_offsets: Arc<SharedPartitionOffsets>,
 }
 
 /// A fetch parked on this shard's partitions: its watch registered with them
@@ -100,6 +103,7 @@ impl ReplicaManager {
         log_manager: Rc<LogManager>,
         image: Arc<MetadataImage>,
         quotas: Arc<ReplicationQuotas>,
+        shared_offsets: Arc<SharedPartitionOffsets>,
     ) -> Self {
         let alter_partition_manager = config.zookeeper.is_some().then(|| {
             Rc::new(AlterPartitionManager::new(
@@ -124,6 +128,7 @@ impl ReplicaManager {
             partitions: RefCell::new(HashMap::new()),
             parked_fetches: RefCell::new(HashMap::new()),
             next_parked_fetch: Cell::new(0),
+            shared_offsets,
         }
     }
 
@@ -218,6 +223,9 @@ impl ReplicaManager {
                     self.partitions
                         .borrow_mut()
                         .insert(tp.clone(), partition.clone());
+                    // Replacing what an older log of it published.
+                    self.shared_offsets
+                        .publish(tp, partition.log().shared_offsets());
                     partition
                 }
             };
@@ -285,6 +293,8 @@ impl ReplicaManager {
     fn stop_replica(&self, tp: &TopicPartition) {
         self.fetchers.remove_partition(tp);
         if let Some(partition) = self.partitions.borrow_mut().remove(tp) {
+            self.shared_offsets
+                .withdraw(tp, &partition.log().shared_offsets());
             partition.log().wake_all_watches();
         }
     }

@@ -32,7 +32,7 @@ use crate::protocol::ResponseError;
 use crate::replication::quota::ReplicationQuotas;
 use crate::replication::{
     AppendError, AppendResult, AppendTiming, OffsetAndEpoch, Partition, PartitionFetch, ReadResult,
-    ReplicaManager,
+    ReplicaManager, SharedPartitionOffsets,
 };
 
 /// The partitions a parked fetch's waking shard read again, by their index in
@@ -69,6 +69,7 @@ impl ShardBroker {
         control: ControlClient,
         image: Arc<MetadataImage>,
         quotas: Arc<ReplicationQuotas>,
+        shared_offsets: Arc<SharedPartitionOffsets>,
     ) -> Self {
         // The broker's slots shared among shards; ids interleave so they never clash.
         let fetch_sessions = FetchSessionCache::new(
@@ -83,6 +84,7 @@ impl ShardBroker {
             log_manager.clone(),
             image.clone(),
             quotas,
+            shared_offsets,
         ));
         let groups = GroupCoordinator::new(config.group.clone(), replica_manager.clone());
         Self {
@@ -379,23 +381,58 @@ impl ShardBroker {
     /// Reads stored batches of partitions, each on its owning shard (one
     /// mesh hop per shard): below the high watermark for a consumer, to the
     /// log end for a follower. With `from_any_replica` (KIP-392) a follower's
-    /// replica serves too. The answers are in the reads' order.
+    /// replica serves too. A consumer's read of another shard's partition that
+    /// it has read to the end is answered here, from the shared high
+    /// watermark. The answers are in the reads' order.
     pub async fn read_all(
         self: &Rc<Self>,
         reads: Vec<(TopicPartition, PartitionFetch)>,
         from_any_replica: bool,
     ) -> Vec<ReadResult> {
-        let work = reads.into_iter().map(|(tp, request)| {
+        let mut answers: Vec<Option<ReadResult>> = Vec::with_capacity(reads.len());
+        let mut work = Vec::with_capacity(reads.len());
+        for (tp, request) in reads {
             assert_eq!(request.from_any_replica, from_any_replica);
-            let fetch =
-                move |partition: Rc<Partition>| async move { Ok(partition.fetch(request).await) };
-            (tp, fetch)
-        });
-        self.on_partitions(ApiKey::Fetch, !from_any_replica, work.collect())
+            let answer = self.read_to_the_end(&tp, &request);
+            if answer.is_none() {
+                let fetch = move |partition: Rc<Partition>| async move {
+                    Ok(partition.fetch(request).await)
+                };
+                work.push((tp, fetch));
+            }
+            answers.push(answer);
+        }
+        let mut read = self
+            .on_partitions(ApiKey::Fetch, !from_any_replica, work)
             .await
             .into_iter()
-            .map(|read| read.unwrap_or_else(ReadResult::error))
+            .map(|read| read.unwrap_or_else(ReadResult::error));
+        answers
+            .into_iter()
+            .map(|answer| answer.unwrap_or_else(|| read.next().expect("one read per hop")))
             .collect()
+    }
+
+    /// A consumer's read of a partition of another shard, at its high
+    /// watermark: nothing to read, answered without a hop (None: read it
+    /// there). The leader epoch it names is checked against this shard's
+    /// image; a shard that applied a newer one answers the next read.
+    fn read_to_the_end(&self, tp: &TopicPartition, request: &PartitionFetch) -> Option<ReadResult> {
+        if request.replica_id >= 0 || !request.preferred_read_candidates.is_empty() {
+            return None;
+        }
+        let image = self.image.borrow();
+        let replica = image.local_replica(&tp.topic, tp.partition)?;
+        let state = &replica.state.leader_and_isr;
+        let epoch_matches =
+            request.current_leader_epoch < 0 || request.current_leader_epoch == state.leader_epoch;
+        let served_here = request.from_any_replica || state.leader == self.config.broker_id;
+        if replica.shard == self.shard_id || !epoch_matches || !served_here {
+            return None;
+        }
+        let (high_watermark, log_start_offset) = self.replica_manager.shared_offsets.get(tp)?;
+        (request.fetch_offset == high_watermark)
+            .then(|| ReadResult::empty(high_watermark, high_watermark, log_start_offset))
     }
 
     /// OffsetForLeaderEpoch on the owning shard: where `leader_epoch` ends.

@@ -7,6 +7,7 @@ pub mod fetch_session;
 mod producer_id_manager;
 
 use crate::replication::quota::ReplicationQuotas;
+use crate::replication::SharedPartitionOffsets;
 use std::net::SocketAddr;
 use std::os::fd::{FromRawFd, IntoRawFd};
 use std::rc::Rc;
@@ -215,6 +216,7 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
     let shard_dirs = dirs.clone();
     let loaded = Arc::new(std::sync::Barrier::new(nr_shards));
     let quotas = Arc::new(ReplicationQuotas::default());
+    let shared_offsets = Arc::new(SharedPartitionOffsets::default());
     let shards =
         spawn_shards::<ShardBroker, _, _, ()>(&runtime, move |start: ShardStart<ShardBroker>| {
             let shutdown_done = shutdown_done_tx.clone();
@@ -231,7 +233,12 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
             let ends = shard_ends.lock().unwrap()[start.shard_id]
                 .take()
                 .expect("one set of control ends per shard");
-            let (sockets, listeners, quotas) = (sockets.clone(), listeners.clone(), quotas.clone());
+            let (sockets, listeners, quotas, shared_offsets) = (
+                sockets.clone(),
+                listeners.clone(),
+                quotas.clone(),
+                shared_offsets.clone(),
+            );
             async move {
                 let log_manager = LogManager::new(start.shard_id, dirs, config.log_manager.clone());
                 let image_receiver = glommio::spawn_local(ends.images.connect());
@@ -243,6 +250,7 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
                     control,
                     image.clone(),
                     quotas,
+                    shared_offsets,
                 ));
                 broker.set_mesh(
                     start

@@ -6,6 +6,8 @@ use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 use glommio::sync::{Permit, Semaphore};
@@ -58,6 +60,40 @@ impl FetchWatch {
     pub fn wake(&self) {
         self.moved.signal(1);
     }
+}
+
+/// An offset of a log that its shard moves and any shard may read: a fetch
+/// on one shard sees that another shard's partition has nothing new for it
+/// without a hop there.
+#[derive(Debug, Clone)]
+pub struct SharedOffset(Arc<AtomicI64>);
+
+impl SharedOffset {
+    pub fn new(offset: i64) -> Self {
+        Self(Arc::new(AtomicI64::new(offset)))
+    }
+    /// Whether both are the same offset (of the same log).
+    pub fn is(&self, other: &SharedOffset) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+    /// Relaxed: a reader on another shard that sees an older value only
+    /// takes the hop it would have taken anyway.
+    pub fn get(&self) -> i64 {
+        self.0.load(Ordering::Relaxed)
+    }
+    fn set(&self, offset: i64) {
+        self.0.store(offset, Ordering::Relaxed);
+    }
+    fn replace(&self, offset: i64) -> i64 {
+        self.0.swap(offset, Ordering::Relaxed)
+    }
+}
+
+/// A log's offsets as any shard may read them.
+#[derive(Debug, Clone)]
+pub struct SharedLogOffsets {
+    pub high_watermark: SharedOffset,
+    pub log_start_offset: SharedOffset,
 }
 
 /// What a parked fetch waits to move: a consumer's the high watermark, a
@@ -149,9 +185,9 @@ pub struct Log {
     config: RefCell<Rc<LogConfig>>,
     health: LogDirHealth,
     segments: RefCell<BTreeMap<i64, Rc<LogSegment>>>,
-    log_start_offset: Cell<i64>,
+    log_start_offset: SharedOffset,
     log_end_offset: Cell<i64>,
-    high_watermark: Cell<i64>,
+    high_watermark: SharedOffset,
     /// Fetches parked on this partition, woken when the high watermark moves
     /// (consumers, delayed produces) or when the log end does (followers).
     /// A connection has one request in flight, so about one per connection
@@ -299,9 +335,9 @@ impl Log {
             config: RefCell::new(config),
             health,
             segments: RefCell::new(segments),
-            log_start_offset: Cell::new(log_start_offset),
+            log_start_offset: SharedOffset::new(log_start_offset),
             log_end_offset: Cell::new(log_end_offset),
-            high_watermark: Cell::new(
+            high_watermark: SharedOffset::new(
                 high_watermark
                     .unwrap_or(log_start_offset)
                     .clamp(log_start_offset, log_end_offset),
@@ -354,6 +390,12 @@ impl Log {
     }
     pub fn high_watermark(&self) -> i64 {
         self.high_watermark.get()
+    }
+    pub fn shared_offsets(&self) -> SharedLogOffsets {
+        SharedLogOffsets {
+            high_watermark: self.high_watermark.clone(),
+            log_start_offset: self.log_start_offset.clone(),
+        }
     }
     /// Moves the high watermark (it never passes the log end) and wakes the
     /// fetches parked on it.
@@ -1068,14 +1110,14 @@ impl Log {
             .map_err(|error| self.health.on_error(error.into()))?;
         self.segments.borrow_mut().insert(offset, Rc::new(segment));
         for position in [
-            &self.log_start_offset,
             &self.log_end_offset,
-            &self.high_watermark,
             &self.flush_state.recovery_point,
             &self.first_dirty_offset,
         ] {
             position.set(offset);
         }
+        self.log_start_offset.set(offset);
+        self.high_watermark.set(offset);
         if self.leader_epoch_cache.borrow_mut().clear() {
             self.write_leader_epoch_checkpoint().await?;
         }
