@@ -31,23 +31,27 @@ impl SharedPartitionOffsets {
         }
     }
 
-    /// `tp`'s high watermark and log start offset, as its shard last moved them.
+    /// `tp`'s high watermark and log start offset, as its shard last moved
+    /// them; None if its log's directory is offline (a read there says why).
     pub fn get(&self, tp: &TopicPartition) -> Option<(i64, i64)> {
         let table = self.table.read().unwrap();
         let offsets = table.get(tp)?;
-        Some((offsets.high_watermark.get(), offsets.log_start_offset.get()))
+        (!offsets.health.is_offline())
+            .then(|| (offsets.high_watermark.get(), offsets.log_start_offset.get()))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use shards::log::SharedOffset;
+    use shards::log::{LogDirHealth, LogError, SharedOffset};
+    use std::path::Path;
 
     fn offsets(high_watermark: i64, log_start_offset: i64) -> SharedLogOffsets {
         SharedLogOffsets {
             high_watermark: SharedOffset::new(high_watermark),
             log_start_offset: SharedOffset::new(log_start_offset),
+            health: LogDirHealth::new(Path::new("/data")),
         }
     }
 
@@ -65,6 +69,10 @@ mod tests {
         shared.publish(&tp, new.clone());
         shared.withdraw(&tp, &old);
         assert_eq!(shared.get(&tp), Some((12, 2)));
+        // Its directory goes offline: a read on its shard says so.
+        new.health
+            .on_error(LogError::KafkaStorage("disk gone".to_owned()));
+        assert_eq!(shared.get(&tp), None);
         shared.withdraw(&tp, &new);
         assert_eq!(shared.get(&tp), None);
     }

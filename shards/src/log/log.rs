@@ -89,11 +89,12 @@ impl SharedOffset {
     }
 }
 
-/// A log's offsets as any shard may read them.
+/// A log's offsets as any shard may read them, with its directory's health.
 #[derive(Debug, Clone)]
 pub struct SharedLogOffsets {
     pub high_watermark: SharedOffset,
     pub log_start_offset: SharedOffset,
+    pub health: LogDirHealth,
 }
 
 /// What a parked fetch waits to move: a consumer's the high watermark, a
@@ -395,6 +396,7 @@ impl Log {
         SharedLogOffsets {
             high_watermark: self.high_watermark.clone(),
             log_start_offset: self.log_start_offset.clone(),
+            health: self.health.clone(),
         }
     }
     /// Moves the high watermark (it never passes the log end) and wakes the
