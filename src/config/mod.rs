@@ -54,6 +54,7 @@ const BROKER_KEYS: &[&str] = &[
     "group.initial.rebalance.delay.ms",
     "group.max.size",
     "ringbroker.cores",
+    "ringbroker.cores.pinned",
     "ringbroker.metrics.port",
     "zookeeper.connect",
     "zookeeper.session.timeout.ms",
@@ -147,6 +148,8 @@ pub struct BrokerConfig {
     pub group: GroupConfig,
     pub log_dirs: Vec<PathBuf>,
     pub cores: Vec<usize>,
+    /// `ringbroker.cores.pinned`: each shard's thread bound to its CPU.
+    pub cores_pinned: bool,
     pub log_defaults: LogConfig,
     pub log_manager: LogManagerConfig,
 }
@@ -505,6 +508,8 @@ impl BrokerConfig {
             group,
             log_dirs,
             cores,
+            cores_pinned: get("ringbroker.cores.pinned")
+                .map_or(Ok(true), |v| parse("ringbroker.cores.pinned", v))?,
             log_defaults,
             log_manager,
         })
@@ -857,6 +862,11 @@ mod tests {
         assert_eq!(config.log_defaults.retention_ms, 86_400_000);
         assert_eq!(config.log_defaults.segment_bytes, 1 << 20);
         assert_eq!(config.cores, vec![0]);
+        assert!(config.cores_pinned);
+        let unpinned = parse_properties("ringbroker.cores=0,1\nringbroker.cores.pinned=false\n");
+        let unpinned = BrokerConfig::from_properties(&unpinned).unwrap();
+        assert_eq!((unpinned.cores, unpinned.cores_pinned), (vec![0, 1], false));
+        assert!(error_of("ringbroker.cores.pinned=maybe\n").contains("ringbroker.cores.pinned"));
         let bad = parse_properties("log.segment.bytes=lots\n");
         let error = BrokerConfig::from_properties(&bad).unwrap_err();
         assert!(error.0.contains("log.segment.bytes"), "{error}");

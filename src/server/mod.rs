@@ -137,7 +137,10 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
     };
     let placement = Arc::new(ShardPlacement::load(&config.log_dirs, nr_shards)?);
     let (control_ends, shard_ends) = build_control_channels(nr_shards);
-    let runtime = ShardRuntimeConfig::for_cores(config.cores.clone());
+    let runtime = ShardRuntimeConfig {
+        pinned: config.cores_pinned,
+        ..ShardRuntimeConfig::for_cores(config.cores.clone())
+    };
     // Before the first executor: the control plane's needs locked memory too.
     raise_memlock_limit(
         runtime.locked_bytes() + EXECUTOR_LOCKED_BYTES + CONTROL_IO_MEMORY_BYTES as u64,

@@ -1,5 +1,6 @@
-//! The shard runtime: one glommio executor per configured core, pinned, each
-//! owning its partitions outright; a bounded channel mesh between them.
+//! The shard runtime: one glommio executor per configured core, pinned unless
+//! configured otherwise, each owning its partitions outright; a bounded
+//! channel mesh between them.
 
 pub mod activity;
 mod mesh;
@@ -21,6 +22,11 @@ pub const DEFAULT_IO_MEMORY_BYTES: usize = 2 * 1024 * 1024;
 pub struct ShardRuntimeConfig {
     /// CPU ids to pin shards to, one shard each.
     pub cores: Vec<usize>,
+    /// False: one shard per entry of `cores`, but each thread left to the
+    /// kernel's scheduler, for a host whose cores the broker shares (its
+    /// clients, a benchmark): a woken shard then runs on whichever CPU is
+    /// free instead of queueing behind another thread on its own.
+    pub pinned: bool,
     pub io_memory_bytes: usize,
     /// Jobs that may wait in each shard-to-shard channel.
     pub mesh_channel_capacity: usize,
@@ -32,6 +38,7 @@ impl ShardRuntimeConfig {
     pub fn for_cores(cores: Vec<usize>) -> Self {
         Self {
             cores,
+            pinned: true,
             io_memory_bytes: DEFAULT_IO_MEMORY_BYTES,
             mesh_channel_capacity: 1024,
             max_in_flight_mesh_jobs: 4096,
@@ -109,7 +116,12 @@ where
         .enumerate()
     {
         let init = init.clone();
-        let handle = LocalExecutorBuilder::new(Placement::Fixed(config.cores[shard_id]))
+        let placement = if config.pinned {
+            Placement::Fixed(config.cores[shard_id])
+        } else {
+            Placement::Unbound
+        };
+        let handle = LocalExecutorBuilder::new(placement)
             .name(&format!("shard-{shard_id}"))
             .io_memory(config.io_memory_bytes)
             .spawn(move || {
@@ -145,8 +157,14 @@ mod tests {
 
     #[test]
     fn shards_answer_each_other_over_the_mesh() {
+        shards_answer_each_other(true);
+        shards_answer_each_other(false);
+    }
+
+    fn shards_answer_each_other(pinned: bool) {
         let config = ShardRuntimeConfig {
             cores: vec![0, 0, 0],
+            pinned,
             io_memory_bytes: 256 * 1024,
             mesh_channel_capacity: 2,
             max_in_flight_mesh_jobs: 4,
