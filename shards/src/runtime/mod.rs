@@ -161,6 +161,17 @@ mod tests {
         shards_answer_each_other(false);
     }
 
+    /// How many CPUs the calling thread may run on.
+    fn allowed_cpus() -> u32 {
+        // SAFETY: sched_getaffinity fills a zeroed cpu_set_t of the size given.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            let size = std::mem::size_of::<libc::cpu_set_t>();
+            assert_eq!(libc::sched_getaffinity(0, size, &mut set), 0);
+            libc::CPU_COUNT(&set) as u32
+        }
+    }
+
     fn shards_answer_each_other(pinned: bool) {
         let config = ShardRuntimeConfig {
             cores: vec![0, 0, 0],
@@ -169,8 +180,9 @@ mod tests {
             mesh_channel_capacity: 2,
             max_in_flight_mesh_jobs: 4,
         };
+        let inherited_cpus = allowed_cpus();
         let barrier = std::sync::Arc::new(std::sync::Barrier::new(3));
-        let handles = spawn_shards::<Counter, _, _, Vec<usize>>(
+        let handles = spawn_shards::<Counter, _, _, (Vec<usize>, u32)>(
             &config,
             move |start: ShardStart<Counter>| {
                 let barrier = barrier.clone();
@@ -198,13 +210,14 @@ mod tests {
                             barrier.wait();
                         })
                         .await;
-                    answers
+                    (answers, allowed_cpus())
                 }
             },
         )
         .unwrap();
         for (shard_id, handle) in handles.into_iter().enumerate() {
-            let answers = handle.join().unwrap();
+            let (answers, cpus) = handle.join().unwrap();
+            assert_eq!(cpus, if pinned { 1 } else { inherited_cpus });
             for (i, answer) in answers.into_iter().enumerate() {
                 assert_eq!(answer, (i % 3) * 1000 + shard_id);
             }
