@@ -223,4 +223,59 @@ mod tests {
             }
         }
     }
+
+    /// Each shard sleeps a little between calls to the other, so each is often
+    /// asleep on a timer when a job or an answer arrives for it: a lost wakeup
+    /// leaves both asleep for good (no other timer is due), and the calls stop.
+    #[test]
+    fn sleeping_shards_wake_for_each_others_jobs() {
+        const CALLS: u32 = 3_000;
+        let config = ShardRuntimeConfig {
+            cores: vec![0, 1],
+            pinned: false,
+            io_memory_bytes: 256 * 1024,
+            mesh_channel_capacity: 2,
+            max_in_flight_mesh_jobs: 4,
+        };
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(2));
+        let handles = spawn_shards::<(), _, _, u32>(&config, move |start| {
+            let barrier = barrier.clone();
+            async move {
+                let state = Rc::new(());
+                let mesh = start.mesh.connect(state.clone(), 4).await;
+                let peer = 1 - start.shard_id;
+                // xorshift64: pauses that differ between the shards and calls.
+                let mut seed = 0x9e37_79b9_7f4a_7c15_u64 + start.shard_id as u64;
+                let mut answered = 0;
+                for _ in 0..CALLS {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    let pause = std::time::Duration::from_micros(seed % 1_500);
+                    glommio::timer::sleep(pause).await;
+                    mesh.invoke_on(peer, &state, |_: Rc<()>| async {})
+                        .await
+                        .unwrap();
+                    answered += 1;
+                }
+                glommio::executor()
+                    .spawn_blocking(move || {
+                        barrier.wait();
+                    })
+                    .await;
+                answered
+            }
+        })
+        .unwrap();
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let answered: Vec<u32> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+            let _ = done.send(answered);
+        });
+        // The calls take about 2.5 s of pauses; a stuck shard never finishes.
+        let answered = finished
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("a shard slept through a job or an answer from the other");
+        assert_eq!(answered, vec![CALLS, CALLS]);
+    }
 }

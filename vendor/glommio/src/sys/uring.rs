@@ -1221,9 +1221,7 @@ pub(crate) struct Reactor {
     latency_ring: RefCell<SleepableRing>,
     poll_ring: RefCell<PollRing>,
 
-    // ringbroker's patch (PATCHES.md): the latency ring's timer with the
-    // instant it fires, so a call to `wait` can keep one that fires soon enough.
-    latency_preemption_timeout_src: Cell<Option<(Source, Instant)>>,
+    latency_preemption_timeout_src: Cell<Option<Source>>,
     throughput_preemption_timeout_src: Cell<Option<Source>>,
 
     link_fd: RawFd,
@@ -1816,13 +1814,19 @@ impl Reactor {
         // consume all events from the rings
         consume_rings!(into &mut woke; lat_ring, poll_ring, main_ring);
 
-        // ringbroker's patch (PATCHES.md): both preemption timers stay armed
-        // until they fire. glommio 0.9.0 cancelled and armed them again on every
-        // call, four submissions and two syscalls per loop of the executor; a
-        // lightly loaded shard loops thousands of times a second.
+        // Cancel the old timer regardless of whether we can sleep:
+        // if we won't sleep, we will register the new timer with its new
+        // value.
         //
-        // The throughput timer counts completions on the main ring; an old one
-        // fires a little sooner than a new one would, which only preempts sooner.
+        // But if we will sleep, there might be a timer registered that needs
+        // to be removed otherwise we'll wake up when it expires.
+        drop(self.latency_preemption_timeout_src.take());
+
+        // ringbroker's patch (PATCHES.md): the throughput timer stays armed until
+        // it fires; glommio 0.9.0 cancelled and armed it again on every call, two
+        // submissions per loop of the executor. It counts completions on the main
+        // ring, so an old one fires a little sooner than a new one would, which
+        // only preempts sooner. (Keeping the latency ring's timer too lost wakeups.)
         let throughput_timer = match self.throughput_preemption_timeout_src.take() {
             Some(timer) if timer.result().is_none() => timer,
             _ => main_ring
@@ -1841,41 +1845,20 @@ impl Reactor {
         consume_rings!(into &mut woke; lat_ring, poll_ring, main_ring);
 
         // If we generated any event so far, we can't sleep. Need to handle them.
-        let mut should_sleep = preempt_timer().is_none()
+        let should_sleep = preempt_timer().is_none()
             && (woke == 0)
             && poll_ring.can_sleep()
             && main_ring.can_sleep()
             && lat_ring.can_sleep();
 
         if should_sleep {
-            // A preempt timer must not wake a sleeping executor, so the latency
-            // ring's timer is cancelled before we sleep; but if there is a user
-            // timer set, we need to make sure we wake up to handle it. A timer
-            // armed for it already stays (at most a millisecond early).
-            let user_deadline = user_timer.map(|dur| (Instant::now() + dur, dur));
-            let timer = match (self.latency_preemption_timeout_src.take(), user_deadline) {
-                (Some((timer, fires_at)), Some((deadline, _)))
-                    if timer.result().is_none()
-                        && fires_at <= deadline
-                        && deadline - fires_at <= Duration::from_millis(1) =>
-                {
-                    Some((timer, fires_at))
-                }
-                (_, Some((deadline, dur))) => {
-                    Some((lat_ring.prepare_latency_preemption_timer(dur), deadline))
-                }
-                (_, None) => None,
-            };
-            self.latency_preemption_timeout_src.set(timer);
-            let mut woke_by_cancellation = 0;
-            flush_cancellations!(into &mut woke_by_cancellation; lat_ring);
-            flush_rings!(lat_ring)?;
-            // Pick up the cancelled timer, or its completion would wake us at once.
-            consume_rings!(into &mut woke_by_cancellation; lat_ring);
-            should_sleep = woke_by_cancellation == 0;
-        }
-
-        if should_sleep {
+            // We are about to go to sleep. It's ok to sleep, but if there
+            // is a timer set, we need to make sure we wake up to handle it.
+            if let Some(dur) = user_timer {
+                self.latency_preemption_timeout_src
+                    .set(Some(lat_ring.prepare_latency_preemption_timer(dur)));
+                assert!(flush_rings!(lat_ring)? > 0);
+            }
             // From this moment on the remote executors are aware that we are sleeping
             // We have to sweep the remote channels function once more because since
             // last time until now it could be that something happened in a remote executor
@@ -1901,15 +1884,8 @@ impl Reactor {
         }
 
         if let Some(preempt) = preempt_timer() {
-            // Keep an armed timer that fires no later than a new one would.
-            let deadline = Instant::now() + preempt;
-            let timer = match self.latency_preemption_timeout_src.take() {
-                Some((timer, fires_at)) if timer.result().is_none() && fires_at <= deadline => {
-                    (timer, fires_at)
-                }
-                _ => (lat_ring.prepare_latency_preemption_timer(preempt), deadline),
-            };
-            self.latency_preemption_timeout_src.set(Some(timer));
+            self.latency_preemption_timeout_src
+                .set(Some(lat_ring.prepare_latency_preemption_timer(preempt)));
             flush_rings!(lat_ring, main_ring)?;
         }
 
