@@ -67,15 +67,83 @@ fn now_ns() -> u64 {
         .as_nanos() as u64
 }
 
+/// How often librdkafka reports its own clocks to the producer.
+const STATISTICS_INTERVAL_MS: u64 = 1000;
+
+/// One librdkafka latency window (its statistics of one interval), in µs.
+#[derive(Clone, Copy, Default)]
+pub struct WindowUs {
+    pub p99: i64,
+    pub p99_99: i64,
+    pub max: i64,
+}
+
+impl WindowUs {
+    fn of(window: &Option<rdkafka::statistics::Window>) -> Self {
+        match window {
+            Some(w) if w.cnt > 0 => Self {
+                p99: w.p99,
+                p99_99: w.p99_99,
+                max: w.max,
+            },
+            _ => Self::default(),
+        }
+    }
+
+    fn worst(self, other: Self) -> Self {
+        Self {
+            p99: self.p99.max(other.p99),
+            p99_99: self.p99_99.max(other.p99_99),
+            max: self.max.max(other.max),
+        }
+    }
+}
+
+/// librdkafka's own clocks over one statistics interval, the worst broker
+/// connection's: where a record's time goes before and after the broker.
+#[derive(Clone, Copy, Default)]
+pub struct ClientSecond {
+    /// Seconds since the producer was created.
+    pub at_s: f64,
+    /// From produce() until the record is in a request (`int_latency`,
+    /// linger.ms included).
+    pub queue: WindowUs,
+    /// From a request's enqueue until it is written to the socket
+    /// (`outbuf_latency`).
+    pub outbuf: WindowUs,
+    /// From a request's write to its response (`rtt`): the kernel both
+    /// ways and the broker.
+    pub rtt: WindowUs,
+}
+
 /// Counts acknowledgements and records each one's latency from the time the
 /// record was due (its delivery opaque, in ns since the epoch).
 struct AckContext {
     acked: AtomicU64,
     failed: AtomicU64,
     latency_us: Mutex<(Histogram<u64>, Timeline)>,
+    started: Instant,
+    /// Bounded by the run's length in statistics intervals.
+    client_seconds: Mutex<Vec<ClientSecond>>,
 }
 
-impl ClientContext for AckContext {}
+impl ClientContext for AckContext {
+    fn stats(&self, statistics: rdkafka::Statistics) {
+        let second = statistics.brokers.values().fold(
+            ClientSecond {
+                at_s: self.started.elapsed().as_secs_f64(),
+                ..ClientSecond::default()
+            },
+            |worst, broker| ClientSecond {
+                queue: worst.queue.worst(WindowUs::of(&broker.int_latency)),
+                outbuf: worst.outbuf.worst(WindowUs::of(&broker.outbuf_latency)),
+                rtt: worst.rtt.worst(WindowUs::of(&broker.rtt)),
+                ..worst
+            },
+        );
+        self.client_seconds.lock().unwrap().push(second);
+    }
+}
 
 impl ProducerContext for AckContext {
     type DeliveryOpaque = usize;
@@ -103,6 +171,8 @@ pub struct ProduceOutcome {
     pub elapsed: Duration,
     pub ack_latency_us: Histogram<u64>,
     pub ack_timeline: Timeline,
+    /// librdkafka's own clocks, one per statistics interval.
+    pub client_seconds: Vec<ClientSecond>,
 }
 
 pub struct ProduceSpec<'a> {
@@ -122,10 +192,13 @@ fn producer(address: &str, spec: &ProduceSpec<'_>) -> ThreadedProducer<AckContex
         .set("acks", spec.acks)
         .set("linger.ms", spec.linger_ms.to_string())
         .set("queue.buffering.max.kbytes", "1048576")
+        .set("statistics.interval.ms", STATISTICS_INTERVAL_MS.to_string())
         .create_with_context(AckContext {
             acked: AtomicU64::new(0),
             failed: AtomicU64::new(0),
             latency_us: Mutex::new((new_histogram(), Timeline::new(now_ns()))),
+            started: Instant::now(),
+            client_seconds: Mutex::new(Vec::new()),
         })
         .expect("create the producer")
 }
@@ -154,11 +227,22 @@ fn send<C: ProducerContext<DeliveryOpaque = usize> + 'static>(
     }
 }
 
-/// Sleeps until `due_ns` (ns since the epoch) unless it is less than 50 µs
-/// away: sleeping rather than spinning, as the brokers share these cores.
+/// Fixed-rate records are released in ticks of this length: every record
+/// scheduled within a tick is due at its start, so the producer sleeps at
+/// most once per tick (as Kafka's ProducerPerformance sleeps in 2 ms steps)
+/// rather than once per record, on cores it shares with the brokers.
+const PACING_TICK_NS: u64 = 1_000_000;
+
+/// When record `i` of a run at `rate` records/s started at `start_ns` is
+/// due: the start of the tick its exact schedule falls in.
+fn due_at_ns(start_ns: u64, i: u64, rate: f64) -> u64 {
+    let exact_ns = (i as f64 * 1e9 / rate) as u64;
+    start_ns + exact_ns / PACING_TICK_NS * PACING_TICK_NS
+}
+
 fn sleep_until(due_ns: u64) {
     let wait_ns = due_ns.saturating_sub(now_ns());
-    if wait_ns > 50_000 {
+    if wait_ns > 0 {
         std::thread::sleep(Duration::from_nanos(wait_ns));
     }
 }
@@ -175,7 +259,7 @@ pub fn produce(address: &str, spec: &ProduceSpec<'_>) -> ProduceOutcome {
             // Coordinated omission: latency counts from when a record was due,
             // not from when a late producer got round to sending it.
             Some(rate) => {
-                let due = start_ns + (i as f64 * 1e9 / rate) as u64;
+                let due = due_at_ns(start_ns, i, rate);
                 sleep_until(due);
                 due
             }
@@ -197,12 +281,14 @@ pub fn produce(address: &str, spec: &ProduceSpec<'_>) -> ProduceOutcome {
     );
     let records = context.acked.load(Ordering::Relaxed);
     let (ack_latency_us, ack_timeline) = context.latency_us.lock().unwrap().clone();
+    let client_seconds = context.client_seconds.lock().unwrap().clone();
     ProduceOutcome {
         records,
         bytes: records * spec.value_bytes as u64,
         elapsed,
         ack_latency_us,
         ack_timeline,
+        client_seconds,
     }
 }
 
@@ -530,7 +616,7 @@ pub fn produce_through_failover(
     let mut killed_at: Option<Instant> = None;
     let mut sent = 0u64;
     loop {
-        let due_ns = start_ns + (sent as f64 * 1e9 / rate) as u64;
+        let due_ns = due_at_ns(start_ns, sent, rate);
         sleep_until(due_ns);
         match killed_at {
             None if Duration::from_nanos(now_ns() - start_ns) >= kill_after => {
@@ -581,5 +667,28 @@ pub fn produce_through_failover(
         first_partition: after_kill.iter().min().copied().unwrap_or_default(),
         all_partitions: after_kill.iter().max().copied().unwrap_or_default(),
         records: sent,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paced_records_are_due_at_their_ticks_start() {
+        let start_ns = 5_000_000_000;
+        let rate = 19_182.0;
+        let mut last_ns = start_ns;
+        for i in 0..100_000 {
+            let due_ns = due_at_ns(start_ns, i, rate);
+            let exact_ns = start_ns + (i as f64 * 1e9 / rate) as u64;
+            assert!(due_ns <= exact_ns && exact_ns - due_ns < PACING_TICK_NS);
+            assert_eq!((due_ns - start_ns) % PACING_TICK_NS, 0);
+            assert!(due_ns >= last_ns);
+            last_ns = due_ns;
+        }
+        // About rate / 1000 records share each tick.
+        let first_tick = (0..100).filter(|&i| due_at_ns(start_ns, i, rate) == start_ns);
+        assert_eq!(first_tick.count(), 20);
     }
 }

@@ -17,7 +17,9 @@ use bench::brokers::{self, BrokerKind, BrokerSources, RunningBroker};
 use bench::cluster::{self, Cluster};
 use bench::java_clients;
 use bench::report::{self, format_value, Series};
-use bench::workloads::{self, latency_ms, ProduceSpec, Timeline, WARM_UP_RECORDS_PER_PARTITION};
+use bench::workloads::{
+    self, latency_ms, ClientSecond, ProduceSpec, Timeline, WARM_UP_RECORDS_PER_PARTITION,
+};
 use clap::Parser;
 use hdrhistogram::Histogram;
 use tikv_jemalloc_sys as _;
@@ -211,6 +213,8 @@ struct Run {
     kind: BrokerKind,
     rate: f64,
     figures: Vec<ClientFigures>,
+    /// librdkafka's own clocks, one per second; empty for the Java clients.
+    client_seconds: Vec<ClientSecond>,
     seconds: f64,
     broker_cpu_per_gib: f64,
     /// ringbroker's own: Produce phases over the run, per second, slowest.
@@ -277,51 +281,53 @@ fn fixed_rate_run(
     );
     workloads::warm_up_topic(&bootstrap, &topic, PARTITIONS);
     let records = (rate * args.seconds as f64) as u64;
-    let ((figures, elapsed), cpu, broker) = with_broker_clocks(deployment, || match client {
-        "librdkafka" => {
-            let spec = ProduceSpec {
-                topic: &topic,
-                partitions: PARTITIONS,
-                records,
-                value_bytes: 1024,
-                acks,
-                linger_ms: 5,
-                rate: Some(rate),
-            };
-            let (produced, consumed) = workloads::produce_and_consume(&bootstrap, &spec);
-            (
-                vec![
-                    from_histogram("ack", &produced.ack_latency_us, &produced.ack_timeline),
-                    from_histogram(
-                        "end-to-end",
-                        &consumed.end_to_end_us,
-                        &consumed.end_to_end_timeline,
-                    ),
-                ],
-                produced.elapsed,
-            )
-        }
-        _ => {
-            let perf = java_clients::producer_performance(
-                &args.kafka_run_class,
-                &bootstrap,
-                &topic,
-                records,
-                rate,
-                acks,
-            );
-            let figures = ClientFigures {
-                measure: "ack",
-                p50: perf.p50_ms,
-                p99: perf.p99_ms,
-                p999: perf.p999_ms,
-                p9999: f64::NAN,
-                max: perf.max_ms,
-                timeline: perf.windows.clone(),
-            };
-            (vec![figures], perf.elapsed)
-        }
-    });
+    let ((figures, client_seconds, elapsed), cpu, broker) =
+        with_broker_clocks(deployment, || match client {
+            "librdkafka" => {
+                let spec = ProduceSpec {
+                    topic: &topic,
+                    partitions: PARTITIONS,
+                    records,
+                    value_bytes: 1024,
+                    acks,
+                    linger_ms: 5,
+                    rate: Some(rate),
+                };
+                let (produced, consumed) = workloads::produce_and_consume(&bootstrap, &spec);
+                (
+                    vec![
+                        from_histogram("ack", &produced.ack_latency_us, &produced.ack_timeline),
+                        from_histogram(
+                            "end-to-end",
+                            &consumed.end_to_end_us,
+                            &consumed.end_to_end_timeline,
+                        ),
+                    ],
+                    produced.client_seconds,
+                    produced.elapsed,
+                )
+            }
+            _ => {
+                let perf = java_clients::producer_performance(
+                    &args.kafka_run_class,
+                    &bootstrap,
+                    &topic,
+                    records,
+                    rate,
+                    acks,
+                );
+                let figures = ClientFigures {
+                    measure: "ack",
+                    p50: perf.p50_ms,
+                    p99: perf.p99_ms,
+                    p999: perf.p999_ms,
+                    p9999: f64::NAN,
+                    max: perf.max_ms,
+                    timeline: perf.windows.clone(),
+                };
+                (vec![figures], Vec::new(), perf.elapsed)
+            }
+        });
     Run {
         topology,
         acks: acks.to_owned(),
@@ -334,6 +340,7 @@ fn fixed_rate_run(
         kind,
         rate,
         figures,
+        client_seconds,
         seconds: elapsed.as_secs_f64(),
         broker_cpu_per_gib: cpu / (records as f64 * 1024.0 / GIB),
         broker,
@@ -382,6 +389,7 @@ fn end_to_end_run(
             max: f64::NAN,
             timeline: Vec::new(),
         }],
+        client_seconds: Vec::new(),
         seconds: e2e.elapsed.as_secs_f64(),
         broker_cpu_per_gib: cpu / (e2e.records as f64 * 1024.0 / GIB),
         broker,
@@ -569,6 +577,60 @@ fn tables(runs: &[Run]) -> String {
     out
 }
 
+/// librdkafka's own clocks beside the client's and the broker's p99.9, so a
+/// tail is placed: in the client's queue, waiting for the socket, or in the
+/// round trip (the kernel both ways and the broker).
+fn client_clocks(runs: &[Run]) -> String {
+    let mut out = String::from(
+        "\nlibrdkafka's own clocks over the same runs (its statistics each second, the worst broker connection's; ms): a record's wait in the client until it is in a request (int_latency, linger.ms included), a request's wait to be written to the socket (outbuf_latency), and the round trip from that write to the response (rtt: the kernel both ways and the broker). \
+         Per clock: the median second's p99, the worst second's p99.99, the run's max; beside them the client's ack p99.9 and ringbroker's Produce TotalTimeMs p99.9.\n\n\
+         | run | broker | ack p99.9 | queue p99 | queue p99.99 | queue max | outbuf p99 | outbuf p99.99 | outbuf max | rtt p99 | rtt p99.99 | rtt max | broker total p99.9 |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for run in runs.iter().filter(|r| !r.client_seconds.is_empty()) {
+        let mut cells = Vec::new();
+        for clock in [
+            |s: &ClientSecond| s.queue,
+            |s: &ClientSecond| s.outbuf,
+            |s: &ClientSecond| s.rtt,
+        ] {
+            // Seconds without a request on any connection have no window.
+            let windows: Vec<_> = run
+                .client_seconds
+                .iter()
+                .map(clock)
+                .filter(|w| w.max > 0)
+                .collect();
+            let ms = |us: i64| us as f64 / 1e3;
+            let p99: Vec<f64> = windows.iter().map(|w| ms(w.p99)).collect();
+            let worst = |f: fn(&workloads::WindowUs) -> i64| {
+                windows.iter().map(|w| ms(f(w))).fold(f64::NAN, f64::max)
+            };
+            cells.push(report::median(&p99));
+            cells.push(worst(|w| w.p99_99));
+            cells.push(worst(|w| w.max));
+        }
+        let broker_total = run.broker.as_ref().map_or(f64::NAN, |b| {
+            b.phases
+                .phases
+                .get("total")
+                .map_or(f64::NAN, |h| h.quantile_ms(0.999))
+        });
+        out.push_str(&format!(
+            "| {} | {} | {} | {} | {} |\n",
+            run_label(run),
+            run.kind.name(),
+            format_value(run.figures[0].p999),
+            cells
+                .iter()
+                .map(|v| format_value(*v))
+                .collect::<Vec<_>>()
+                .join(" | "),
+            format_value(broker_total),
+        ));
+    }
+    out
+}
+
 /// Each ringbroker run's slowest Produce requests, with the kernel's
 /// dirty/writeback memory and the shards' run-queue wait in that second.
 fn slowest(runs: &[Run]) -> String {
@@ -595,7 +657,8 @@ fn slowest(runs: &[Run]) -> String {
 }
 
 /// A chart per ringbroker run at the highest load with acks=all: client max
-/// and p99 (or average) by second for both brokers, and the broker's own.
+/// and p99 (or average) by second for both brokers, the broker's own, and
+/// librdkafka's queue and round-trip maxima.
 fn charts(runs: &[Run], results_dir: &std::path::Path, stamp: &str) -> Vec<String> {
     let top = runs.iter().filter_map(|r| r.load).max();
     let mut files = Vec::new();
@@ -658,6 +721,31 @@ fn charts(runs: &[Run], results_dir: &std::path::Path, stamp: &str) -> Vec<Strin
                     .seconds
                     .iter()
                     .map(|s| (s.at_s, s.broker_p99_ms))
+                    .collect(),
+            });
+        }
+        for (name, color, clock) in [
+            (
+                "ringbroker librdkafka queue max",
+                "#ae3ec9",
+                (|s: &ClientSecond| s.queue) as fn(&ClientSecond) -> workloads::WindowUs,
+            ),
+            ("ringbroker librdkafka rtt max", "#868e96", |s| s.rtt),
+        ] {
+            if run.client_seconds.is_empty() {
+                break;
+            }
+            series.push(Series {
+                name: name.into(),
+                color,
+                dashed: false,
+                points: run
+                    .client_seconds
+                    .iter()
+                    .map(|s| match clock(s).max {
+                        0 => (s.at_s, f64::NAN),
+                        max_us => (s.at_s, max_us as f64 / 1e3),
+                    })
                     .collect(),
             });
         }
@@ -761,11 +849,12 @@ fn main() {
          librdkafka counts from when each record was due (coordinated omission corrected), acknowledgement and end to end (a consumer reading from the end); \
          Java ProducerPerformance (batch.size=262144) counts from send() and gives no p99.99; its timeline is its 5-second windows (average and max); \
          EndToEndLatency sends one record at a time and waits for its consumer to read it, whole milliseconds.\n\n\
-         Idle (after start, {IDLE_SECONDS} s without traffic): {}.\n\n{}\n## Slowest requests (ringbroker)\n{}\n## Latency over time\n\n{}\n\nCommand: `{}`\n",
+         Idle (after start, {IDLE_SECONDS} s without traffic): {}.\n\n{}{}\n## Slowest requests (ringbroker)\n{}\n## Latency over time\n\n{}\n\nCommand: `{}`\n",
         maxima.join("; "),
         args.seconds,
         idle.join("; "),
         tables(&runs),
+        client_clocks(&runs),
         slowest(&runs),
         charts.iter().map(|c| format!("![{c}]({c})")).collect::<Vec<_>>().join("\n"),
         command.join(" ")
