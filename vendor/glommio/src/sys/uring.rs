@@ -1822,18 +1822,14 @@ impl Reactor {
         // to be removed otherwise we'll wake up when it expires.
         drop(self.latency_preemption_timeout_src.take());
 
-        // ringbroker's patch (PATCHES.md): the throughput timer stays armed until
-        // it fires; glommio 0.9.0 cancelled and armed it again on every call, two
-        // submissions per loop of the executor. It counts completions on the main
-        // ring, so an old one fires a little sooner than a new one would, which
-        // only preempts sooner. (Keeping the latency ring's timer too lost wakeups.)
-        let throughput_timer = match self.throughput_preemption_timeout_src.take() {
-            Some(timer) if timer.result().is_none() => timer,
-            _ => main_ring
-                .prepare_throughput_preemption_timer(self.ring_depth() as u32, self.eventfd_src.raw()),
-        };
-        self.throughput_preemption_timeout_src
-            .set(Some(throughput_timer));
+        // Schedule the throughput-based timeout immediately: it won't matter if we end
+        // up sleeping.
+        self.throughput_preemption_timeout_src.replace(Some(
+            main_ring.prepare_throughput_preemption_timer(
+                self.ring_depth() as u32,
+                self.eventfd_src.raw(),
+            ),
+        ));
 
         // This will only dispatch if we run out of sqes. Which means until
         // flush_rings! nothing is really send to the kernel...
