@@ -11,7 +11,7 @@ use glommio::io::{BufferedFile, OpenOptions, ReadResult};
 /// cachestat(2) (Linux 6.5), the same number on every architecture; the libc
 /// crate does not name it for x86_64 yet.
 const SYS_CACHESTAT: libc::c_long = 451;
-const PAGE_SIZE_BYTES: u64 = 4096;
+pub(crate) const PAGE_SIZE_BYTES: u64 = 4096;
 
 /// Parts one vectored write takes (a batch header and its records, say); far
 /// below the kernel's IOV_MAX.
