@@ -273,9 +273,39 @@ mod tests {
             let _ = done.send(answered);
         });
         // The calls take about 2.5 s of pauses; a stuck shard never finishes.
-        let answered = finished
-            .recv_timeout(std::time::Duration::from_secs(60))
-            .expect("a shard slept through a job or an answer from the other");
+        let Ok(answered) = finished.recv_timeout(std::time::Duration::from_secs(60)) else {
+            eprint!("{}", rings_and_threads());
+            panic!("a shard slept through a job or an answer from the other");
+        };
         assert_eq!(answered, vec![CALLS, CALLS]);
+    }
+
+    /// What a stuck run leaves to read: each io_uring's and eventfd's fdinfo
+    /// (a completion not yet reaped, an eventfd count not yet read) and each
+    /// thread's kernel stack. With glommio's throughput timer kept armed, a
+    /// stuck run showed both shards asleep in io_cqring_wait, every ring drained
+    /// and every eventfd at 0 with its read pending: no wake was waiting in the
+    /// kernel, so the one lost was lost in glommio's user-space side.
+    fn rings_and_threads() -> String {
+        let mut out = String::new();
+        for entry in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
+            let target = std::fs::read_link(entry.path()).unwrap_or_default();
+            let target = target.to_string_lossy();
+            if target.contains("io_uring") || target.contains("eventfd") {
+                let name = entry.file_name();
+                let info = std::fs::read_to_string(format!(
+                    "/proc/self/fdinfo/{}",
+                    name.to_string_lossy()
+                ))
+                .unwrap_or_default();
+                out += &format!("fd {name:?} {target}\n{info}\n");
+            }
+        }
+        for entry in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+            let read =
+                |file: &str| std::fs::read_to_string(entry.path().join(file)).unwrap_or_default();
+            out += &format!("task {}{}\n", read("stat"), read("stack"));
+        }
+        out
     }
 }
