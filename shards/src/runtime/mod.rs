@@ -282,10 +282,8 @@ mod tests {
 
     /// What a stuck run leaves to read: each io_uring's and eventfd's fdinfo
     /// (a completion not yet reaped, an eventfd count not yet read) and each
-    /// thread's kernel stack. With glommio's throughput timer kept armed, a
-    /// stuck run showed both shards asleep in io_cqring_wait, every ring drained
-    /// and every eventfd at 0 with its read pending: no wake was waiting in the
-    /// kernel, so the one lost was lost in glommio's user-space side.
+    /// thread's kernel stack, so a lost wake is placed in the kernel or in
+    /// glommio (`vendor/glommio/PATCHES.md`).
     fn rings_and_threads() -> String {
         let mut out = String::new();
         for entry in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
