@@ -206,7 +206,9 @@ impl Reactor {
 
     #[inline(always)]
     pub(crate) fn need_preempt(&self) -> bool {
-        unsafe { *self.preempt_ptr_head != (*self.preempt_ptr_tail).load(Ordering::Acquire) }
+        let latency_ring_completed =
+            unsafe { *self.preempt_ptr_head != (*self.preempt_ptr_tail).load(Ordering::Acquire) };
+        latency_ring_completed || self.sys.preempt_due()
     }
 
     pub(crate) fn id(&self) -> usize {

@@ -25,7 +25,10 @@ use std::{
     pin::Pin,
     ptr,
     rc::Rc,
-    sync::Arc,
+    sync::{
+        atomic::{AtomicU32, Ordering},
+        Arc,
+    },
     time::{Duration, Instant},
 };
 
@@ -955,49 +958,6 @@ impl SleepableRing {
         source
     }
 
-    /// This function prepares a timer that fires only after a given number of
-    /// CQEs are available on the main ring. This timer is linked with a write
-    /// to the latency ring's event fd such that this timer triggers a
-    /// preemption via the latency ring.
-    fn prepare_throughput_preemption_timer(&mut self, min_events: u32, event_fd: RawFd) -> Source {
-        assert!(min_events >= 1, "min_events should be at least 1");
-        let timer_source = Source::new(
-            IoRequirements::default(),
-            -1,
-            SourceType::Timeout(TimeSpec64::MAX, min_events),
-            None,
-            None,
-        );
-
-        const EVENTFD_WAKEUP: &[u64; 1] = &[1u64; 1];
-        let write_op = UringDescriptor {
-            fd: event_fd,
-            flags: SubmissionFlags::empty(),
-            user_data: 0,
-            args: UringOpDescriptor::Write(EVENTFD_WAKEUP as *const u64 as _, 8, 0),
-        };
-
-        let op = match &*timer_source.source_type() {
-            SourceType::Timeout(ts, events) => {
-                UringOpDescriptor::Timeout(&ts.raw as *const _, *events)
-            }
-            _ => unreachable!(),
-        };
-        let queue = self.submission_queue();
-        queue.borrow_mut().submissions.push_front(write_op);
-        queue.borrow_mut().submissions.push_front(UringDescriptor {
-            args: op,
-            fd: -1,
-            flags: SubmissionFlags::IO_LINK,
-            user_data: to_user_data(
-                self.source_map
-                    .borrow_mut()
-                    .add_source(&timer_source, queue.clone()),
-            ),
-        });
-        timer_source
-    }
-
     fn install_eventfd(&mut self, eventfd_src: &Source) -> bool {
         if let Some(mut sqe) = self.ring.sq().prepare_sqe() {
             // Now must wait on the `eventfd` in case someone wants to wake us up.
@@ -1222,7 +1182,11 @@ pub(crate) struct Reactor {
     poll_ring: RefCell<PollRing>,
 
     latency_preemption_timeout_src: Cell<Option<Source>>,
-    throughput_preemption_timeout_src: Cell<Option<Source>>,
+    // ringbroker's patch (PATCHES.md): when the running task queue's time is
+    // up, read off the clock instead of a timer armed in the latency ring.
+    preempt_deadline: Cell<Option<Instant>>,
+    main_cq_head: *const u32,
+    main_cq_tail: *const AtomicU32,
 
     link_fd: RawFd,
 
@@ -1306,8 +1270,12 @@ impl Reactor {
         let allocator = Rc::new(UringBufferAllocator::new(io_memory));
         let registry = vec![allocator.as_bytes()];
 
-        let main_ring =
+        let mut main_ring =
             SleepableRing::new(ring_depth, "main", allocator.clone(), source_map.clone())?;
+        let (main_cq_head, main_cq_tail) = {
+            let cq = unsafe { &main_ring.ring.raw_mut().cq };
+            (cq.khead as *const u32, cq.ktail as *const AtomicU32)
+        };
         let poll_ring = PollRing::new(ring_depth, allocator.clone(), source_map.clone())?;
         let mut latency_ring =
             SleepableRing::new(ring_depth, "latency", allocator.clone(), source_map.clone())?;
@@ -1353,7 +1321,9 @@ impl Reactor {
             latency_ring: RefCell::new(latency_ring),
             poll_ring: RefCell::new(poll_ring),
             latency_preemption_timeout_src: Cell::new(None),
-            throughput_preemption_timeout_src: Cell::new(None),
+            preempt_deadline: Cell::new(None),
+            main_cq_head,
+            main_cq_tail,
             blocking_thread,
             link_fd,
             notifier,
@@ -1814,22 +1784,11 @@ impl Reactor {
         // consume all events from the rings
         consume_rings!(into &mut woke; lat_ring, poll_ring, main_ring);
 
-        // Cancel the old timer regardless of whether we can sleep:
-        // if we won't sleep, we will register the new timer with its new
-        // value.
-        //
-        // But if we will sleep, there might be a timer registered that needs
-        // to be removed otherwise we'll wake up when it expires.
+        // Cancel the timer of the last sleep, if it has not fired: we are awake.
+        // ringbroker's patch (PATCHES.md): that is the only timer left here; the
+        // preemption timers glommio armed and cancelled on every pass are now
+        // `preempt_deadline` and `need_preempt`'s look at the main ring.
         drop(self.latency_preemption_timeout_src.take());
-
-        // Schedule the throughput-based timeout immediately: it won't matter if we end
-        // up sleeping.
-        self.throughput_preemption_timeout_src.replace(Some(
-            main_ring.prepare_throughput_preemption_timer(
-                self.ring_depth() as u32,
-                self.eventfd_src.raw(),
-            ),
-        ));
 
         // This will only dispatch if we run out of sqes. Which means until
         // flush_rings! nothing is really send to the kernel...
@@ -1879,20 +1838,28 @@ impl Reactor {
             }
         }
 
-        if let Some(preempt) = preempt_timer() {
-            self.latency_preemption_timeout_src
-                .set(Some(lat_ring.prepare_latency_preemption_timer(preempt)));
-            flush_rings!(lat_ring, main_ring)?;
-        }
-
-        // A Note about `need_preempt`:
-        //
-        // If in the last call to consume_rings! some events completed, the tail and
-        // head would have moved to match. So it does not matter that events were
-        // generated after we registered the timer: since we consumed them here,
-        // need_preempt() should be false at this point. As soon as the next event
-        // in the preempt ring completes, though, then it will be true.
+        self.preempt_deadline
+            .set(preempt_timer().map(|preempt| Instant::now() + preempt));
         Ok(should_sleep)
+    }
+
+    /// Whether the running task queue should yield: its time is up, or the
+    /// main ring holds a ring's depth of completions nobody has reaped (what
+    /// glommio's throughput timer, a timeout counting the main ring's
+    /// completions, told it through the latency ring).
+    pub(crate) fn preempt_due(&self) -> bool {
+        // SAFETY: the main ring's completion queue head and tail, mapped for
+        // the reactor's lifetime; the kernel writes the tail, this thread the head.
+        let unreaped = unsafe {
+            (*self.main_cq_tail)
+                .load(Ordering::Acquire)
+                .wrapping_sub(*self.main_cq_head)
+        };
+        unreaped as usize >= self.rings_depth
+            || self
+                .preempt_deadline
+                .get()
+                .is_some_and(|deadline| Instant::now() >= deadline)
     }
 
     pub(crate) fn flush_syscall_thread(&self) -> usize {
