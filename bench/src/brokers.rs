@@ -341,19 +341,61 @@ fn answers_metadata(address: &str) -> bool {
     stream.write_all(&frame).is_ok() && stream.read_exact(&mut size).is_ok()
 }
 
-/// CPU time (user + system) a process has used, in seconds.
-pub fn cpu_seconds(pid: u32) -> f64 {
+/// CPU time a process has used, in seconds: all of it, and the part it spent
+/// in the kernel (system time), so a report can say how much of a broker's
+/// cost is its own code and how much the syscalls it makes.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct CpuSeconds {
+    pub total: f64,
+    pub kernel: f64,
+}
+
+impl std::ops::Sub for CpuSeconds {
+    type Output = CpuSeconds;
+    fn sub(self, earlier: CpuSeconds) -> CpuSeconds {
+        CpuSeconds {
+            total: self.total - earlier.total,
+            kernel: self.kernel - earlier.kernel,
+        }
+    }
+}
+
+impl std::ops::Div<f64> for CpuSeconds {
+    type Output = CpuSeconds;
+    fn div(self, by: f64) -> CpuSeconds {
+        CpuSeconds {
+            total: self.total / by,
+            kernel: self.kernel / by,
+        }
+    }
+}
+
+impl std::iter::Sum for CpuSeconds {
+    fn sum<I: Iterator<Item = CpuSeconds>>(all: I) -> CpuSeconds {
+        all.fold(CpuSeconds::default(), |sum, one| CpuSeconds {
+            total: sum.total + one.total,
+            kernel: sum.kernel + one.kernel,
+        })
+    }
+}
+
+/// CPU time a process has used (`utime` and `stime` of /proc/PID/stat).
+pub fn cpu_seconds(pid: u32) -> CpuSeconds {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return 0.0;
+        return CpuSeconds::default();
     };
     // Fields after the command (which may hold spaces) in parentheses.
     let rest = &stat[stat.rfind(')').map_or(0, |i| i + 2)..];
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = fields.get(11).and_then(|f| f.parse().ok()).unwrap_or(0)
-        + fields.get(12).and_then(|f| f.parse().ok()).unwrap_or(0);
+    let ticks =
+        |field: usize| -> u64 { fields.get(field).and_then(|f| f.parse().ok()).unwrap_or(0) };
+    let (user_ticks, system_ticks) = (ticks(11), ticks(12));
     // SAFETY: sysconf has no preconditions.
     let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    ticks as f64 / per_second
+    CpuSeconds {
+        total: (user_ticks + system_ticks) as f64 / per_second,
+        kernel: system_ticks as f64 / per_second,
+    }
 }
 
 /// Resident memory of a process, in bytes.

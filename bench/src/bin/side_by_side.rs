@@ -82,7 +82,7 @@ const IDLE_SETTLE: Duration = Duration::from_secs(3);
 
 /// CPU time this process (the client) has used, in seconds.
 fn client_cpu_seconds() -> f64 {
-    brokers::cpu_seconds(std::process::id())
+    brokers::cpu_seconds(std::process::id()).total
 }
 
 /// What one workload cost: broker and client CPU seconds, the broker's peak RSS.
@@ -97,7 +97,7 @@ struct Usage {
 fn measured<T>(pids: &[u32], work: impl FnOnce() -> T) -> (T, Usage) {
     let brokers_cpu = || {
         pids.iter()
-            .map(|pid| brokers::cpu_seconds(*pid))
+            .map(|pid| brokers::cpu_seconds(*pid).total)
             .sum::<f64>()
     };
     let (broker_cpu, client_cpu) = (brokers_cpu(), client_cpu_seconds());

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use bench::broker_clocks::{self, Sampler, Scrape, Second};
-use bench::brokers::{self, BrokerKind, BrokerSources, RunningBroker};
+use bench::brokers::{self, BrokerKind, BrokerSources, CpuSeconds, RunningBroker};
 use bench::cluster::{self, Cluster};
 use bench::java_clients;
 use bench::report::{self, format_value, Series};
@@ -152,7 +152,7 @@ impl Deployment {
             .collect()
     }
 
-    fn cpu_seconds(&self) -> f64 {
+    fn cpu_seconds(&self) -> CpuSeconds {
         self.pids()
             .iter()
             .map(|pid| brokers::cpu_seconds(*pid))
@@ -216,7 +216,7 @@ struct Run {
     /// librdkafka's own clocks, one per second; empty for the Java clients.
     client_seconds: Vec<ClientSecond>,
     seconds: f64,
-    broker_cpu_per_gib: f64,
+    broker_cpu_per_gib: CpuSeconds,
     /// ringbroker's own: Produce phases over the run, per second, slowest.
     broker: Option<BrokerSide>,
 }
@@ -241,7 +241,7 @@ const PARTITIONS: i32 = 6;
 fn with_broker_clocks<T>(
     deployment: &Deployment,
     work: impl FnOnce() -> T,
-) -> (T, f64, Option<BrokerSide>) {
+) -> (T, CpuSeconds, Option<BrokerSide>) {
     let metrics = deployment.metrics_addresses();
     let clocked = !metrics.is_empty();
     let since_ms = broker_clocks::wall_clock_ms();
@@ -436,7 +436,7 @@ fn broker_runs(
     let deployment = Deployment::start(kind, topology, sources, args);
     let cpu = deployment.cpu_seconds();
     std::thread::sleep(Duration::from_secs(IDLE_SECONDS));
-    let idle_percent = (deployment.cpu_seconds() - cpu) / IDLE_SECONDS as f64 * 100.0;
+    let idle_percent = (deployment.cpu_seconds() - cpu).total / IDLE_SECONDS as f64 * 100.0;
     eprintln!(
         "{} on {}: idle {idle_percent:.2}% of a core",
         kind.name(),
@@ -541,8 +541,8 @@ fn tables(runs: &[Run]) -> String {
         }
     }
     out.push_str(
-        "\nringbroker's own clocks over the same runs: Produce requests' TotalTimeMs and its phases (ms; every broker of the run added up; a bucket bound, at most 12.5% above), the shards' run-queue wait, and CPU against Kafka's.\n\n\
-         | run | requests | total p50 | p99 | p99.9 | p99.99 | max | local p99.9 | remote p99.9 | mesh wait p99.9 | append p99.9 | acks wait p99.9 | run-queue wait ms/s | ringbroker CPU-s/GiB | Kafka CPU-s/GiB | ratio |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "\nringbroker's own clocks over the same runs: Produce requests' TotalTimeMs and its phases (ms; every broker of the run added up; a bucket bound, at most 12.5% above), the shards' run-queue wait, and CPU against Kafka's (CPU-seconds per GiB of values, and of those the seconds spent in the kernel: system time).\n\n\
+         | run | requests | total p50 | p99 | p99.9 | p99.99 | max | local p99.9 | remote p99.9 | mesh wait p99.9 | append p99.9 | acks wait p99.9 | run-queue wait ms/s | ringbroker CPU-s/GiB | in the kernel | Kafka CPU-s/GiB | in the kernel | ratio |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for run in ours {
         let Some(broker) = &run.broker else { continue };
@@ -554,9 +554,15 @@ fn tables(runs: &[Run]) -> String {
                 .map_or(f64::NAN, |b| b.quantile_ms(q))
         };
         let total = broker.phases.phases.get("total").map_or(0, |b| b.count());
-        let kafka_cpu = theirs(run).map_or(f64::NAN, |k| k.broker_cpu_per_gib);
+        let kafka_cpu = theirs(run).map_or(
+            CpuSeconds {
+                total: f64::NAN,
+                kernel: f64::NAN,
+            },
+            |k| k.broker_cpu_per_gib,
+        );
         out.push_str(&format!(
-            "| {} | {total} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {}x |\n",
+            "| {} | {total} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {}x |\n",
             run_label(run),
             format_value(phase("total", 0.5)),
             format_value(phase("total", 0.99)),
@@ -569,9 +575,11 @@ fn tables(runs: &[Run]) -> String {
             format_value(phase("append", 0.999)),
             format_value(phase("acks wait", 0.999)),
             format_value(broker.phases.runqueue_wait_s * 1000.0 / run.seconds),
-            format_value(run.broker_cpu_per_gib),
-            format_value(kafka_cpu),
-            format_value(run.broker_cpu_per_gib / kafka_cpu),
+            format_value(run.broker_cpu_per_gib.total),
+            format_value(run.broker_cpu_per_gib.kernel),
+            format_value(kafka_cpu.total),
+            format_value(kafka_cpu.kernel),
+            format_value(run.broker_cpu_per_gib.total / kafka_cpu.total),
         ));
     }
     out
