@@ -1333,7 +1333,11 @@ impl LocalExecutor {
                 ran = true;
             }
         }
-        ran
+        // ringbroker's patch (PATCHES.md): preempted before any task queue ran
+        // (the time slice already over, a completion on the latency ring), the
+        // queues still hold runnable tasks; saying "nothing ran" would let the
+        // caller park with them, asleep until some unrelated event.
+        ran || !self.queues.borrow().active_executors.is_empty()
     }
 
     fn run_one_task_queue(&self) -> bool {

@@ -1723,47 +1723,18 @@ impl Reactor {
         }
     }
 
-    /// This function can be passed two timers. Because they play different
-    /// roles we keep them separate instead of overloading the same
-    /// parameter.
+    /// Reaps the rings and, when nothing is left to do, sleeps. It is passed
+    /// two durations that play different roles:
     ///
-    /// * The first is the preempt timer. It is designed to take the current
-    ///   task queue out of the cpu. If nothing else fires in the latency ring
-    ///   the preempt timer will, making need_preempt return true. Currently, we
-    ///   always install a preempt timer in the upper layers but from the point
-    ///   of view of the io_uring implementation it is optional: it is perfectly
-    ///   valid not to have one. Preempt timers are installed by Glommio
-    ///   executor runtime.
+    /// * The preempt timer: how long the next task queue may run. ringbroker's
+    ///   patch (PATCHES.md): it is not installed in a ring; `wait` records the
+    ///   deadline it gives, and `need_preempt` compares the clock with it. It is
+    ///   recorded as close as possible to the point where we *leave* this method,
+    ///   so spinning here does not eat into the next task queue's time.
     ///
-    /// * The second is the user timer. It is installed per a user request when
-    ///   the user creates a `Timer` (or `TimerAction`).
-    ///
-    /// At some level, those are both just timers and can be coalesced. And they
-    /// certainly are: if there is a user timer that needs to fire in 1ms, and
-    /// we want the preempt_timer to also fire around 1ms, there is no need
-    /// to register two timers. At the end of the day, all that matters is
-    /// that the latency ring flares and that we leave the CPU. That is
-    /// because unlike I/O, we don't have one Source per timer, and
-    /// parking.rs just keeps them on a wheel and just tell us about what is
-    /// the next expiration.
-    ///
-    /// However, they are also different. The main source of difference is sleep
-    /// and wake behavior:
-    ///
-    /// * When there is no more work to do, and we go to sleep, we do not want
-    ///   to register the preempt timer: it is designed to fire periodically to
-    ///   take us out of the CPU and if there is no task queue running, we don't
-    ///   want to wake up and spend power just for that. However, if there is a
-    ///   user timer that needs to fire in the future we must register it.
-    ///   Otherwise, we will sleep and never wake up.
-    ///
-    /// * The user timer point of expiration never changes. So once we register
-    ///   it we don't need to rearm it until it fires. But the preempt timer has
-    ///   to be rearmed every time. Moreover, it needs to give every task queue
-    ///   a fair shot at running. So it needs to be rearmed as close as possible
-    ///   to the point where we *leave* this method. For instance: if we spin
-    ///   here for 3ms and the preempt timer is 10ms that would leave the next
-    ///   task queue just 7ms to run.
+    /// * The user timer: the next expiration of a `Timer` (or `TimerAction`).
+    ///   It is armed in the latency ring only when we sleep, so that the sleep
+    ///   ends in time, and cancelled on the next pass if it has not fired.
     pub(crate) fn wait<Preempt, F>(
         &self,
         preempt_timer: Preempt,
