@@ -604,6 +604,55 @@ fn a_config_change_on_any_broker_reaches_every_broker() {
     }
 }
 
+/// A ZooKeeper that stops answering for longer than the broker's connection
+/// timeout (2/5 of the session's) but not the session's: the broker drops the
+/// connection with a request in flight, the session reconnects, and the
+/// request is sent again (Kafka's `retryRequestsUntilConnected`), so the
+/// clients' AlterConfigs and CreateTopics succeed (a create whose first
+/// attempt ZooKeeper applied finds its own node) and the session, with the
+/// registration it owns, is kept.
+#[test]
+fn a_request_in_flight_when_zookeeper_stalls_is_sent_again_once_reconnected() {
+    use kafka_protocol::messages::alter_configs_request::{AlterConfigsResource, AlterableConfig};
+    use kafka_protocol::messages::{AlterConfigsRequest, AlterConfigsResponse, ApiKey};
+    use kafka_protocol::protocol::StrBytes;
+    // Past the 800 ms without an answer after which the connection is
+    // dropped, well short of the 2 s session (ZooKeeper's own clock stops too).
+    const STALL: Duration = Duration::from_millis(1_100);
+    let zk = ZooKeeper::start();
+    let broker = zk.start_broker(CHROOT, 1, &[]);
+    let mut client = common::Client::connect(&broker.address());
+    client.create_topic("stalled", 1);
+    let mut creator = common::Client::connect(&broker.address());
+    let registration = zk.get(&path("/brokers/ids/1")).unwrap().1;
+
+    let request =
+        AlterConfigsRequest::default().with_resources(vec![AlterConfigsResource::default()
+            .with_resource_type(2)
+            .with_resource_name(StrBytes::from_static_str("stalled"))
+            .with_configs(vec![AlterableConfig::default()
+                .with_name(StrBytes::from_static_str("retention.ms"))
+                .with_value(Some(StrBytes::from_static_str("654321")))])]);
+    zk.pause();
+    let altering = std::thread::spawn(move || {
+        let response: AlterConfigsResponse =
+            client.call(ApiKey::AlterConfigs, 1, &request).unwrap();
+        response.responses[0].error_code
+    });
+    let creating = std::thread::spawn(move || creator.create_topic("made-while-stalled", 1));
+    std::thread::sleep(STALL);
+    zk.resume();
+    assert_eq!(altering.join().unwrap(), 0, "{}", broker.log());
+    creating.join().unwrap();
+
+    let stored = zk.json(&path("/config/topics/stalled")).unwrap();
+    assert_eq!(stored["config"]["retention.ms"], "654321");
+    let log = broker.log();
+    assert!(log.contains("sending it again once reconnected"), "{log}");
+    assert!(!log.contains("ZooKeeper session ended"), "{log}");
+    assert_eq!(zk.get(&path("/brokers/ids/1")).unwrap().1, registration);
+}
+
 /// How many brokers `address` lists in its Metadata answer.
 fn brokers_seen(address: &str) -> usize {
     use kafka_protocol::messages::{ApiKey, MetadataRequest, MetadataResponse};

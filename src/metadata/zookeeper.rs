@@ -6,9 +6,13 @@
 //! An expired session is terminal for a ZooKeeper client: this one opens a
 //! new session (with the same bounded retries as at start) and announces it
 //! with `ZkEvent::NewSession`, so the broker re-registers and the election
-//! runs again, as Kafka's ZooKeeperClient reinitializes.
+//! runs again, as Kafka's ZooKeeperClient reinitializes. A lost connection is
+//! not: the session reconnects, and the requests it had in flight are sent
+//! again (`ZooKeeperClient::until_answered`).
 
 use std::cell::RefCell;
+use std::fmt::Display;
+use std::future::Future;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -83,6 +87,17 @@ fn zk_error(error: zk::Error, path: &str) -> ZkError {
         // The outcome of a request in flight when the connection dropped is unknown.
         error => ZkError::ConnectionLoss(error.to_string()),
     }
+}
+
+/// Whether a request failed on its connection rather than on ZooKeeper's
+/// answer: its outcome is unknown (the crate reports a silent or broken
+/// connection as `ConnectionLoss` or with its own message).
+fn lost_connection(error: &zk::Error) -> bool {
+    matches!(error, zk::Error::ConnectionLoss | zk::Error::Custom(_))
+}
+
+fn multi_lost_connection(error: &zk::MultiWriteError) -> bool {
+    matches!(error, zk::MultiWriteError::RequestFailed { source } if lost_connection(source))
 }
 
 fn stat_of(stat: &zk::Stat) -> Stat {
@@ -213,6 +228,46 @@ impl ZooKeeperClient {
         self.session.borrow().clone()
     }
 
+    /// Sends `request` on the current session until ZooKeeper answers it, as
+    /// Kafka's `KafkaZkClient.retryRequestsUntilConnected` does: a request
+    /// whose connection dropped is sent again once the session has
+    /// reconnected. `request` is told when it is a retry: a write's first
+    /// attempt may have been applied before its connection dropped.
+    /// Bounded by the session: one that cannot reconnect expires (the crate's
+    /// deadline, 7/5 of the session timeout) and the request fails with that.
+    async fn until_answered<T, E, F, Fut>(
+        &self,
+        lost: fn(&E) -> bool,
+        mut request: F,
+    ) -> Result<T, E>
+    where
+        E: Display,
+        F: FnMut(zk::Client, bool) -> Fut,
+        Fut: Future<Output = Result<T, E>>,
+    {
+        let session = self.session();
+        let mut state = session.state_watcher();
+        let mut retry = false;
+        loop {
+            let result = request(session.clone(), retry).await;
+            retry = true;
+            let Err(error) = &result else { return result };
+            if !lost(error) || session.state().is_terminated() {
+                return result;
+            }
+            warn!(%error, "ZooKeeper connection lost with a request in flight: sending it again once reconnected");
+            loop {
+                match state.state() {
+                    zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => break,
+                    current if current.is_terminated() => break,
+                    _ => {
+                        state.changed().await;
+                    }
+                }
+            }
+        }
+    }
+
     async fn permit(&self) -> glommio::sync::Permit<'_> {
         self.in_flight
             .acquire_permit(1)
@@ -243,23 +298,40 @@ impl ZkClient for Rc<ZooKeeperClient> {
     async fn create(&self, path: &str, data: &[u8], mode: CreateMode) -> Result<String, ZkError> {
         let _permit = self.permit().await;
         let options = zk_mode(mode).with_acls(open_acl());
-        let (_, sequence) = self
-            .session()
-            .create(path, data, &options)
+        let options = &options;
+        let sequence = self
+            .until_answered(lost_connection, |session, retry| async move {
+                match session.create(path, data, options).await {
+                    Ok((_, sequence)) => Ok(Some(sequence)),
+                    Err(zk::Error::NodeExists) if retry && !mode.is_sequential() => {
+                        let (found, stat) = session.get_data(path).await?;
+                        let owner = match mode {
+                            CreateMode::Ephemeral => session.session_id().0,
+                            _ => 0,
+                        };
+                        if found == data && stat.ephemeral_owner == owner {
+                            Ok(None)
+                        } else {
+                            Err(zk::Error::NodeExists)
+                        }
+                    }
+                    Err(error) => Err(error),
+                }
+            })
             .await
             .map_err(|error| zk_error(error, path))?;
-        Ok(if mode.is_sequential() {
-            format!("{path}{sequence}")
-        } else {
-            path.to_owned()
+        Ok(match sequence {
+            Some(sequence) if mode.is_sequential() => format!("{path}{sequence}"),
+            _ => path.to_owned(),
         })
     }
 
     async fn get_data(&self, path: &str) -> Result<(Vec<u8>, Stat), ZkError> {
         let _permit = self.permit().await;
         let (data, stat) = self
-            .session()
-            .get_data(path)
+            .until_answered(lost_connection, |session, _| async move {
+                session.get_data(path).await
+            })
             .await
             .map_err(|error| zk_error(error, path))?;
         Ok((data, stat_of(&stat)))
@@ -268,8 +340,9 @@ impl ZkClient for Rc<ZooKeeperClient> {
     async fn exists(&self, path: &str) -> Result<Option<Stat>, ZkError> {
         let _permit = self.permit().await;
         let stat = self
-            .session()
-            .check_stat(path)
+            .until_answered(lost_connection, |session, _| async move {
+                session.check_stat(path).await
+            })
             .await
             .map_err(|error| zk_error(error, path))?;
         Ok(stat.as_ref().map(stat_of))
@@ -283,8 +356,20 @@ impl ZkClient for Rc<ZooKeeperClient> {
     ) -> Result<Stat, ZkError> {
         let _permit = self.permit().await;
         let stat = self
-            .session()
-            .set_data(path, data, expected_version)
+            .until_answered(lost_connection, |session, retry| async move {
+                match session.set_data(path, data, expected_version).await {
+                    Err(zk::Error::BadVersion) if retry => {
+                        let (found, stat) = session.get_data(path).await?;
+                        let ours = Some(stat.version - 1) == expected_version && found == data;
+                        if ours {
+                            Ok(stat)
+                        } else {
+                            Err(zk::Error::BadVersion)
+                        }
+                    }
+                    written => written,
+                }
+            })
             .await
             .map_err(|error| zk_error(error, path))?;
         Ok(stat_of(&stat))
@@ -293,8 +378,9 @@ impl ZkClient for Rc<ZooKeeperClient> {
     async fn get_children(&self, path: &str) -> Result<Vec<String>, ZkError> {
         let _permit = self.permit().await;
         let mut children = self
-            .session()
-            .list_children(path)
+            .until_answered(lost_connection, |session, _| async move {
+                session.list_children(path).await
+            })
             .await
             .map_err(|error| zk_error(error, path))?;
         children.sort_unstable();
@@ -303,31 +389,35 @@ impl ZkClient for Rc<ZooKeeperClient> {
 
     async fn multi(&self, ops: &[Op]) -> Result<Vec<OpResult>, MultiError> {
         let _permit = self.permit().await;
-        let session = self.session();
-        let mut writer = session.new_multi_writer();
-        let bad = |error: zk::Error| MultiError::from(zk_error(error, "multi"));
-        for op in ops {
-            match op {
-                Op::Check { path, version } => writer.add_check_version(path, *version),
-                Op::Create { path, data, mode } => {
-                    writer.add_create(path, data, &zk_mode(*mode).with_acls(open_acl()))
+        let results = self
+            .until_answered(multi_lost_connection, |session, _| async move {
+                let mut writer = session.new_multi_writer();
+                for op in ops {
+                    match op {
+                        Op::Check { path, version } => writer.add_check_version(path, *version),
+                        Op::Create { path, data, mode } => {
+                            writer.add_create(path, data, &zk_mode(*mode).with_acls(open_acl()))
+                        }
+                        Op::SetData {
+                            path,
+                            data,
+                            version,
+                        } => writer.add_set_data(path, data, *version),
+                        Op::Delete { path, version } => writer.add_delete(path, *version),
+                    }?;
                 }
-                Op::SetData {
-                    path,
-                    data,
-                    version,
-                } => writer.add_set_data(path, data, *version),
-                Op::Delete { path, version } => writer.add_delete(path, *version),
-            }
-            .map_err(bad)?;
-        }
-        let results = writer.commit().await.map_err(|error| match error {
-            zk::MultiWriteError::OperationFailed { index, source } => MultiError {
-                index: Some(index),
-                error: zk_error(source, ops[index].path()),
-            },
-            zk::MultiWriteError::RequestFailed { source } => bad(source),
-        })?;
+                writer.commit().await
+            })
+            .await
+            .map_err(|error| match error {
+                zk::MultiWriteError::OperationFailed { index, source } => MultiError {
+                    index: Some(index),
+                    error: zk_error(source, ops[index].path()),
+                },
+                zk::MultiWriteError::RequestFailed { source } => {
+                    MultiError::from(zk_error(source, "multi"))
+                }
+            })?;
         Ok(results
             .into_iter()
             .map(|result| match result {
@@ -348,8 +438,9 @@ impl ZkClient for Rc<ZooKeeperClient> {
     async fn get_children_and_watch(&self, path: &str) -> Result<Vec<String>, ZkError> {
         let _permit = self.permit().await;
         let (mut children, watcher) = self
-            .session()
-            .list_and_watch_children(path)
+            .until_answered(lost_connection, |session, _| async move {
+                session.list_and_watch_children(path).await
+            })
             .await
             .map_err(|error| zk_error(error, path))?;
         self.forward(path, watcher);
@@ -360,8 +451,9 @@ impl ZkClient for Rc<ZooKeeperClient> {
     async fn exists_and_watch(&self, path: &str) -> Result<Option<Stat>, ZkError> {
         let _permit = self.permit().await;
         let (stat, watcher) = self
-            .session()
-            .check_and_watch_stat(path)
+            .until_answered(lost_connection, |session, _| async move {
+                session.check_and_watch_stat(path).await
+            })
             .await
             .map_err(|error| zk_error(error, path))?;
         self.forward(path, watcher);

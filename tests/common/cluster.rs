@@ -68,6 +68,18 @@ impl ZooKeeper {
         zookeeper
     }
 
+    /// SIGSTOP: ZooKeeper stops answering, its sockets stay open.
+    pub fn pause(&self) {
+        let pid = self.child.as_ref().expect("running").id() as i32;
+        unsafe { libc::kill(pid, libc::SIGSTOP) };
+    }
+
+    /// SIGCONT after `pause`.
+    pub fn resume(&self) {
+        let pid = self.child.as_ref().expect("running").id() as i32;
+        unsafe { libc::kill(pid, libc::SIGCONT) };
+    }
+
     /// `zookeeper.connect` for brokers, under `chroot`.
     pub fn connect(&self, chroot: &str) -> String {
         format!("127.0.0.1:{}{chroot}", self.port)
