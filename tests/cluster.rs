@@ -605,7 +605,7 @@ fn a_config_change_on_any_broker_reaches_every_broker() {
 }
 
 /// A ZooKeeper that stops answering for longer than the broker's connection
-/// timeout (2/5 of the session's) but not the session's: the broker drops the
+/// timeout (2/5 of the session's) but not the session's (SIGSTOP): the broker drops the
 /// connection with a request in flight, the session reconnects, and the
 /// request is sent again (Kafka's `retryRequestsUntilConnected`), so the
 /// clients' AlterConfigs and CreateTopics succeed (a create whose first
@@ -616,9 +616,10 @@ fn a_request_in_flight_when_zookeeper_stalls_is_sent_again_once_reconnected() {
     use kafka_protocol::messages::alter_configs_request::{AlterConfigsResource, AlterableConfig};
     use kafka_protocol::messages::{AlterConfigsRequest, AlterConfigsResponse, ApiKey};
     use kafka_protocol::protocol::StrBytes;
-    // Past the 800 ms without an answer after which the connection is
-    // dropped, well short of the 2 s session (ZooKeeper's own clock stops too).
-    const STALL: Duration = Duration::from_millis(1_100);
+    // The connection is dropped after 800 ms without an answer; the session
+    // expires at ZooKeeper 2 s after its last ping, which can precede the
+    // pause by up to 300 ms. So the stall ends as soon as the drop is seen.
+    const DROP_SEEN_WITHIN: Duration = Duration::from_millis(1_500);
     let zk = ZooKeeper::start();
     let broker = zk.start_broker(CHROOT, 1, &[]);
     let mut client = common::Client::connect(&broker.address());
@@ -640,15 +641,38 @@ fn a_request_in_flight_when_zookeeper_stalls_is_sent_again_once_reconnected() {
         response.responses[0].error_code
     });
     let creating = std::thread::spawn(move || creator.create_topic("made-while-stalled", 1));
-    std::thread::sleep(STALL);
+    wait(
+        DROP_SEEN_WITHIN,
+        "the broker to drop its connection",
+        || broker.log().contains("sending it again once reconnected"),
+    );
     zk.resume();
     assert_eq!(altering.join().unwrap(), 0, "{}", broker.log());
     creating.join().unwrap();
 
     let stored = zk.json(&path("/config/topics/stalled")).unwrap();
     assert_eq!(stored["config"]["retention.ms"], "654321");
+    // A write in flight: ZooKeeper may apply the first attempt, read from the
+    // dropped connection, before the retry arrives.
+    let drops = |broker: &common::Broker| {
+        broker
+            .log()
+            .matches("sending it again once reconnected")
+            .count()
+    };
+    let dropped_before = drops(&broker);
+    let mut creator = common::Client::connect(&broker.address());
+    zk.pause();
+    let creating = std::thread::spawn(move || creator.create_topic("created-while-stalled", 1));
+    wait(
+        DROP_SEEN_WITHIN,
+        "the broker to drop its connection again",
+        || drops(&broker) > dropped_before,
+    );
+    zk.resume();
+    creating.join().unwrap();
+
     let log = broker.log();
-    assert!(log.contains("sending it again once reconnected"), "{log}");
     assert!(!log.contains("ZooKeeper session ended"), "{log}");
     assert_eq!(zk.get(&path("/brokers/ids/1")).unwrap().1, registration);
 }

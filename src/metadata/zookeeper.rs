@@ -108,6 +108,85 @@ fn stat_of(stat: &zk::Stat) -> Stat {
     }
 }
 
+/// Whether ZooKeeper holds what `op`'s first attempt would have made, for a
+/// retried write that failed on it (NodeExists, BadVersion, NoNode): the
+/// node with our data (and our session as an ephemeral's owner), at the next
+/// version for a versioned set, gone for a delete. Then `op`'s result as the
+/// first attempt would have answered it; None when it cannot be ours (and a
+/// sequential create cannot be told from another).
+async fn applied_before(session: &zk::Client, op: &Op) -> Result<Option<OpResult>, zk::Error> {
+    let read = |path| async move {
+        match session.get_data(path).await {
+            Ok((data, stat)) => Ok(Some((data, stat))),
+            Err(zk::Error::NoNode) => Ok(None),
+            Err(error) => Err(error),
+        }
+    };
+    let applied = match op {
+        Op::Check { path, version } => read(path)
+            .await?
+            .filter(|(_, stat)| stat.version == *version)
+            .map(|_| OpResult::Check),
+        Op::Create { mode, .. } if mode.is_sequential() => None,
+        Op::Create { path, data, mode } => {
+            let owner = match mode {
+                CreateMode::Ephemeral => session.session_id().0,
+                _ => 0,
+            };
+            read(path)
+                .await?
+                .filter(|(found, stat)| found == data && stat.ephemeral_owner == owner)
+                .map(|(_, stat)| OpResult::Create {
+                    path: path.clone(),
+                    stat: stat_of(&stat),
+                })
+        }
+        Op::SetData {
+            path,
+            data,
+            version,
+        } => read(path)
+            .await?
+            .filter(|(found, stat)| {
+                found == data && version.is_none_or(|version| stat.version == version + 1)
+            })
+            .map(|(_, stat)| OpResult::SetData {
+                stat: stat_of(&stat),
+            }),
+        Op::Delete { path, .. } => read(path).await?.is_none().then_some(OpResult::Delete),
+    };
+    if applied.is_some() {
+        info!(
+            path = op.path(),
+            "a retried ZooKeeper write found its first attempt applied"
+        );
+    }
+    Ok(applied)
+}
+
+fn op_result(result: zk::MultiWriteResult) -> OpResult {
+    match result {
+        zk::MultiWriteResult::Check => OpResult::Check,
+        zk::MultiWriteResult::Delete => OpResult::Delete,
+        zk::MultiWriteResult::Create { path, stat } => OpResult::Create {
+            path,
+            stat: stat_of(&stat),
+        },
+        zk::MultiWriteResult::SetData { stat } => OpResult::SetData {
+            stat: stat_of(&stat),
+        },
+        other => unreachable!("no operation of ours answers {other:?}"),
+    }
+}
+
+/// Whether a retried write's failure may be its first attempt's doing.
+fn maybe_applied_before(error: &zk::Error) -> bool {
+    matches!(
+        error,
+        zk::Error::NodeExists | zk::Error::BadVersion | zk::Error::NoNode
+    )
+}
+
 fn zk_mode(mode: CreateMode) -> zk::CreateMode {
     match mode {
         CreateMode::Persistent => zk::CreateMode::Persistent,
@@ -303,16 +382,15 @@ impl ZkClient for Rc<ZooKeeperClient> {
             .until_answered(lost_connection, |session, retry| async move {
                 match session.create(path, data, options).await {
                     Ok((_, sequence)) => Ok(Some(sequence)),
-                    Err(zk::Error::NodeExists) if retry && !mode.is_sequential() => {
-                        let (found, stat) = session.get_data(path).await?;
-                        let owner = match mode {
-                            CreateMode::Ephemeral => session.session_id().0,
-                            _ => 0,
+                    Err(error) if retry && maybe_applied_before(&error) => {
+                        let op = Op::Create {
+                            path: path.to_owned(),
+                            data: data.to_vec(),
+                            mode,
                         };
-                        if found == data && stat.ephemeral_owner == owner {
-                            Ok(None)
-                        } else {
-                            Err(zk::Error::NodeExists)
+                        match applied_before(&session, &op).await? {
+                            Some(_) => Ok(None),
+                            None => Err(error),
                         }
                     }
                     Err(error) => Err(error),
@@ -358,21 +436,24 @@ impl ZkClient for Rc<ZooKeeperClient> {
         let stat = self
             .until_answered(lost_connection, |session, retry| async move {
                 match session.set_data(path, data, expected_version).await {
-                    Err(zk::Error::BadVersion) if retry => {
-                        let (found, stat) = session.get_data(path).await?;
-                        let ours = Some(stat.version - 1) == expected_version && found == data;
-                        if ours {
-                            Ok(stat)
-                        } else {
-                            Err(zk::Error::BadVersion)
+                    Ok(stat) => Ok(stat_of(&stat)),
+                    Err(error) if retry && maybe_applied_before(&error) => {
+                        let op = Op::SetData {
+                            path: path.to_owned(),
+                            data: data.to_vec(),
+                            version: expected_version,
+                        };
+                        match applied_before(&session, &op).await? {
+                            Some(OpResult::SetData { stat }) => Ok(stat),
+                            _ => Err(error),
                         }
                     }
-                    written => written,
+                    Err(error) => Err(error),
                 }
             })
             .await
             .map_err(|error| zk_error(error, path))?;
-        Ok(stat_of(&stat))
+        Ok(stat)
     }
 
     async fn get_children(&self, path: &str) -> Result<Vec<String>, ZkError> {
@@ -389,50 +470,52 @@ impl ZkClient for Rc<ZooKeeperClient> {
 
     async fn multi(&self, ops: &[Op]) -> Result<Vec<OpResult>, MultiError> {
         let _permit = self.permit().await;
-        let results = self
-            .until_answered(multi_lost_connection, |session, _| async move {
-                let mut writer = session.new_multi_writer();
-                for op in ops {
-                    match op {
-                        Op::Check { path, version } => writer.add_check_version(path, *version),
-                        Op::Create { path, data, mode } => {
-                            writer.add_create(path, data, &zk_mode(*mode).with_acls(open_acl()))
+        self.until_answered(multi_lost_connection, |session, retry| async move {
+            let mut writer = session.new_multi_writer();
+            for op in ops {
+                match op {
+                    Op::Check { path, version } => writer.add_check_version(path, *version),
+                    Op::Create { path, data, mode } => {
+                        writer.add_create(path, data, &zk_mode(*mode).with_acls(open_acl()))
+                    }
+                    Op::SetData {
+                        path,
+                        data,
+                        version,
+                    } => writer.add_set_data(path, data, *version),
+                    Op::Delete { path, version } => writer.add_delete(path, *version),
+                }?;
+            }
+            match writer.commit().await {
+                Ok(results) => Ok(results.into_iter().map(op_result).collect()),
+                Err(zk::MultiWriteError::OperationFailed { index, source })
+                    if retry && maybe_applied_before(&source) =>
+                {
+                    // Applied whole or not at all: ours if every op's result is there.
+                    let mut results = Vec::with_capacity(ops.len());
+                    for op in ops {
+                        match applied_before(&session, op).await? {
+                            Some(result) => results.push(result),
+                            None => {
+                                return Err(zk::MultiWriteError::OperationFailed { index, source })
+                            }
                         }
-                        Op::SetData {
-                            path,
-                            data,
-                            version,
-                        } => writer.add_set_data(path, data, *version),
-                        Op::Delete { path, version } => writer.add_delete(path, *version),
-                    }?;
+                    }
+                    Ok(results)
                 }
-                writer.commit().await
-            })
-            .await
-            .map_err(|error| match error {
-                zk::MultiWriteError::OperationFailed { index, source } => MultiError {
-                    index: Some(index),
-                    error: zk_error(source, ops[index].path()),
-                },
-                zk::MultiWriteError::RequestFailed { source } => {
-                    MultiError::from(zk_error(source, "multi"))
-                }
-            })?;
-        Ok(results
-            .into_iter()
-            .map(|result| match result {
-                zk::MultiWriteResult::Check => OpResult::Check,
-                zk::MultiWriteResult::Delete => OpResult::Delete,
-                zk::MultiWriteResult::Create { path, stat } => OpResult::Create {
-                    path,
-                    stat: stat_of(&stat),
-                },
-                zk::MultiWriteResult::SetData { stat } => OpResult::SetData {
-                    stat: stat_of(&stat),
-                },
-                other => unreachable!("no operation of ours answers {other:?}"),
-            })
-            .collect())
+                Err(error) => Err(error),
+            }
+        })
+        .await
+        .map_err(|error| match error {
+            zk::MultiWriteError::OperationFailed { index, source } => MultiError {
+                index: Some(index),
+                error: zk_error(source, ops[index].path()),
+            },
+            zk::MultiWriteError::RequestFailed { source } => {
+                MultiError::from(zk_error(source, "multi"))
+            }
+        })
     }
 
     async fn get_children_and_watch(&self, path: &str) -> Result<Vec<String>, ZkError> {
