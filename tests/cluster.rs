@@ -626,6 +626,12 @@ fn a_request_in_flight_when_zookeeper_stalls_is_sent_again_once_reconnected() {
     client.create_topic("stalled", 1);
     let mut creator = common::Client::connect(&broker.address());
     let registration = zk.get(&path("/brokers/ids/1")).unwrap().1;
+    let drops = |broker: &common::Broker| {
+        broker
+            .log()
+            .matches("sending it again once reconnected")
+            .count()
+    };
 
     let request =
         AlterConfigsRequest::default().with_resources(vec![AlterConfigsResource::default()
@@ -644,7 +650,7 @@ fn a_request_in_flight_when_zookeeper_stalls_is_sent_again_once_reconnected() {
     wait(
         DROP_SEEN_WITHIN,
         "the broker to drop its connection",
-        || broker.log().contains("sending it again once reconnected"),
+        || drops(&broker) > 0,
     );
     zk.resume();
     assert_eq!(altering.join().unwrap(), 0, "{}", broker.log());
@@ -654,12 +660,6 @@ fn a_request_in_flight_when_zookeeper_stalls_is_sent_again_once_reconnected() {
     assert_eq!(stored["config"]["retention.ms"], "654321");
     // A write in flight: ZooKeeper may apply the first attempt, read from the
     // dropped connection, before the retry arrives.
-    let drops = |broker: &common::Broker| {
-        broker
-            .log()
-            .matches("sending it again once reconnected")
-            .count()
-    };
     let dropped_before = drops(&broker);
     let mut creator = common::Client::connect(&broker.address());
     zk.pause();
