@@ -2,7 +2,7 @@
 //! `LogManager`), its copy of the metadata image, and the partition operations
 //! the request handlers call, routed to the owning shard over the mesh.
 
-use std::cell::{OnceCell, RefCell};
+use std::cell::{Cell, OnceCell, RefCell};
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
@@ -486,6 +486,8 @@ impl ShardBroker {
             .filter(|shard| *shard != self.shard_id)
             .collect();
         let timeout = deadline.saturating_duration_since(Instant::now());
+        // The shard whose job answered first: its watch is gone with the job.
+        let answered_by: Rc<Cell<Option<usize>>> = Rc::new(Cell::new(None));
         let mut parked: Vec<Pin<Box<dyn Future<Output = Option<WokenReads>>>>> =
             vec![Box::pin(async move {
                 glommio::timer::sleep(timeout).await;
@@ -493,6 +495,7 @@ impl ShardBroker {
             })];
         for (shard, partitions) in by_shard {
             let broker = self.clone();
+            let answered_by = answered_by.clone();
             parked.push(Box::pin(async move {
                 let job = move |broker: Rc<ShardBroker>| async move {
                     let seen = partitions
@@ -513,12 +516,9 @@ impl ShardBroker {
                     });
                     Some(join_all(fresh).await)
                 };
-                broker
-                    .mesh()
-                    .invoke_on(shard, &broker, job)
-                    .await
-                    .ok()
-                    .flatten()
+                let answer = broker.mesh().invoke_on(shard, &broker, job).await;
+                answered_by.set(Some(shard));
+                answer.ok().flatten()
             }));
         }
         let first_done = parked
@@ -526,11 +526,16 @@ impl ShardBroker {
             .reduce(|a, b| Box::pin(or(a, b)))
             .expect("the deadline is always there");
         let woken = first_done.await;
-        // The watch here went with its future. The other shards release theirs
-        // themselves, on a job, rather than by a waker fired from this thread
-        // (which can race glommio's teardown of the task it wakes); a release
-        // that finds the channel full is left to the deadline.
-        for shard in others {
+        // The watch here went with its future, and the watch of a shard that
+        // answered with its job. The other shards release theirs themselves,
+        // on a job, rather than by a waker fired from this thread (which can
+        // race glommio's teardown of the task it wakes); a release that finds
+        // the channel full is left to the deadline.
+        let answered_by = answered_by.get();
+        for shard in others
+            .into_iter()
+            .filter(|shard| Some(*shard) != answered_by)
+        {
             self.mesh()
                 .try_submit_on(shard, move |broker: Rc<ShardBroker>| async move {
                     broker.replica_manager.release_parked_fetch(id)
