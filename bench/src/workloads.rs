@@ -2,6 +2,7 @@
 //! broker is the only difference between the two runs.
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -477,6 +478,51 @@ pub fn create_replicated_topic(
     }
 }
 
+/// Deletes `topic` and waits, up to `within`, until no directory under
+/// `broker_dirs` holds one of its partitions: a run's records then neither fill
+/// the disk for the runs after it nor get removed while those run.
+pub fn delete_topic(address: &str, topic: &str, broker_dirs: &Path, within: Duration) {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", address)
+        .create()
+        .expect("create the admin client");
+    let results = futures_lite::future::block_on(admin.delete_topics(
+        &[topic],
+        &AdminOptions::new().operation_timeout(Some(Duration::from_secs(60))),
+    ))
+    .expect("DeleteTopics");
+    for result in results {
+        result.unwrap_or_else(|(name, error)| panic!("deleting {name}: {error}"));
+    }
+    let deadline = Instant::now() + within;
+    while holds_partition_of(broker_dirs, topic, 3) {
+        assert!(
+            Instant::now() < deadline,
+            "{topic}'s partitions still on disk under {} after {within:?}",
+            broker_dirs.display()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Whether a directory named `<topic>-<partition>...` is within `depth`
+/// levels of `dir` (Kafka's doomed ones are `<topic>-<partition>.<id>-delete`).
+fn holds_partition_of(dir: &Path, topic: &str, depth: usize) -> bool {
+    let prefix = format!("{topic}-");
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return false;
+    };
+    entries.flatten().any(|entry| {
+        let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+        let name = entry.file_name();
+        let partition = name.to_str().is_some_and(|name| {
+            name.strip_prefix(&prefix)
+                .is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit()))
+        });
+        is_dir && (partition || (depth > 0 && holds_partition_of(&entry.path(), topic, depth - 1)))
+    })
+}
+
 /// Records each partition takes in `warm_up_topic`.
 pub const WARM_UP_RECORDS_PER_PARTITION: u64 = 16;
 
@@ -690,5 +736,23 @@ mod tests {
         // About rate / 1000 records share each tick.
         let first_tick = (0..100).filter(|&i| due_at_ns(start_ns, i, rate) == start_ns);
         assert_eq!(first_tick.count(), 20);
+    }
+
+    #[test]
+    fn a_topics_partition_directories_are_found_in_any_broker() {
+        let root = std::env::temp_dir().join(format!("bench-holds-{}", std::process::id()));
+        let data = root.join("cluster/broker-2/data");
+        std::fs::create_dir_all(data.join("lat-all-10-javax-0")).unwrap();
+        std::fs::create_dir_all(data.join("lat-all-10-java.stray")).unwrap();
+        std::fs::write(data.join("lat-all-10-java-9"), b"a file").unwrap();
+        assert!(!holds_partition_of(&root, "lat-all-10-java", 3));
+        let doomed = data.join("lat-all-10-java-3.5e0f2a-delete");
+        std::fs::create_dir_all(&doomed).unwrap();
+        assert!(holds_partition_of(&root, "lat-all-10-java", 3));
+        assert!(!holds_partition_of(&root, "lat-all-10-java", 2));
+        std::fs::remove_dir(&doomed).unwrap();
+        std::fs::create_dir_all(data.join("lat-all-10-java-0")).unwrap();
+        assert!(holds_partition_of(&root, "lat-all-10-java", 3));
+        std::fs::remove_dir_all(&root).unwrap();
     }
 }

@@ -259,6 +259,11 @@ fn with_broker_clocks<T>(
     (outcome, cpu, broker)
 }
 
+/// How long a run's topic may take to leave the disk after the run. A run
+/// at 50% writes 11 GB or more per broker: the matrix's runs together would
+/// fill this machine's disk.
+const DELETED_WITHIN: Duration = Duration::from_secs(180);
+
 #[allow(clippy::too_many_arguments)]
 fn fixed_rate_run(
     args: &Args,
@@ -328,6 +333,7 @@ fn fixed_rate_run(
                 (vec![figures], Vec::new(), perf.elapsed)
             }
         });
+    workloads::delete_topic(&bootstrap, &topic, &args.work_dir, DELETED_WITHIN);
     Run {
         topology,
         acks: acks.to_owned(),
@@ -373,6 +379,7 @@ fn end_to_end_run(
             args.seconds,
         )
     });
+    workloads::delete_topic(&bootstrap, &topic, &args.work_dir, DELETED_WITHIN);
     Run {
         topology,
         acks: acks.to_owned(),
