@@ -8,11 +8,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use hdrhistogram::Histogram;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication, TopicResult};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
 
@@ -423,6 +423,20 @@ pub fn create_topic(address: &str, topic: &str, partitions: i32) -> Duration {
     create_replicated_topic(address, topic, partitions, 1, &[])
 }
 
+fn admin_client(address: &str) -> AdminClient<DefaultClientContext> {
+    ClientConfig::new()
+        .set("bootstrap.servers", address)
+        .create()
+        .expect("create the admin client")
+}
+
+/// Panics unless the admin request `api` succeeded for every topic in it.
+fn expect_every_topic(results: KafkaResult<Vec<TopicResult>>, api: &str) {
+    for result in results.unwrap_or_else(|error| panic!("{api}: {error}")) {
+        result.unwrap_or_else(|(name, error)| panic!("{api} for {name}: {error}"));
+    }
+}
+
 /// Creates a topic with `replication_factor` and `configs`, and waits until
 /// a fresh client sees every partition's leader; returns how long it took.
 pub fn create_replicated_topic(
@@ -432,10 +446,7 @@ pub fn create_replicated_topic(
     replication_factor: i32,
     configs: &[(&str, &str)],
 ) -> Duration {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", address)
-        .create()
-        .expect("create the admin client");
+    let admin = admin_client(address);
     let started = Instant::now();
     let mut new_topic = NewTopic::new(
         topic,
@@ -445,14 +456,9 @@ pub fn create_replicated_topic(
     for (key, value) in configs {
         new_topic = new_topic.set(key, value);
     }
-    let results = futures_lite::future::block_on(admin.create_topics(
-        &[new_topic],
-        &AdminOptions::new().operation_timeout(Some(Duration::from_secs(120))),
-    ))
-    .expect("CreateTopics");
-    for result in results {
-        result.unwrap_or_else(|(name, error)| panic!("creating {name}: {error}"));
-    }
+    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(120)));
+    let created = futures_lite::future::block_on(admin.create_topics(&[new_topic], &options));
+    expect_every_topic(created, "CreateTopics");
     // Leaders known to a fresh client: every partition ready to take records.
     let probe: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", address)
@@ -482,18 +488,10 @@ pub fn create_replicated_topic(
 /// `broker_dirs` holds one of its partitions: a run's records then neither fill
 /// the disk for the runs after it nor get removed while those run.
 pub fn delete_topic(address: &str, topic: &str, broker_dirs: &Path, within: Duration) {
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", address)
-        .create()
-        .expect("create the admin client");
-    let results = futures_lite::future::block_on(admin.delete_topics(
-        &[topic],
-        &AdminOptions::new().operation_timeout(Some(Duration::from_secs(60))),
-    ))
-    .expect("DeleteTopics");
-    for result in results {
-        result.unwrap_or_else(|(name, error)| panic!("deleting {name}: {error}"));
-    }
+    let admin = admin_client(address);
+    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(60)));
+    let deleted = futures_lite::future::block_on(admin.delete_topics(&[topic], &options));
+    expect_every_topic(deleted, "DeleteTopics");
     let deadline = Instant::now() + within;
     while holds_partition_of(broker_dirs, topic, 3) {
         assert!(
