@@ -516,7 +516,12 @@ impl ShardBroker {
                     });
                     Some(join_all(fresh).await)
                 };
-                let answer = broker.mesh().invoke_on(shard, &broker, job).await;
+                // Only that shard moves its partitions, and it looks at its
+                // channels whenever it is awake: the watch need not wake it.
+                let answer = broker
+                    .mesh()
+                    .invoke_on_when_awake(shard, &broker, job)
+                    .await;
                 answered_by.set(Some(shard));
                 answer.ok().flatten()
             }));
@@ -529,15 +534,17 @@ impl ShardBroker {
         // The watch here went with its future, and the watch of a shard that
         // answered with its job. The other shards release theirs themselves,
         // on a job, rather than by a waker fired from this thread (which can
-        // race glommio's teardown of the task it wakes); a release that finds
-        // the channel full is left to the deadline.
+        // race glommio's teardown of the task it wakes). The release does not
+        // wake them either: a watch left a while costs at most a read whose
+        // answer nobody awaits. One that finds the channel full is left to the
+        // deadline.
         let answered_by = answered_by.get();
         for shard in others
             .into_iter()
             .filter(|shard| Some(*shard) != answered_by)
         {
             self.mesh()
-                .try_submit_on(shard, move |broker: Rc<ShardBroker>| async move {
+                .try_submit_when_awake(shard, move |broker: Rc<ShardBroker>| async move {
                     broker.replica_manager.release_parked_fetch(id)
                 });
         }

@@ -66,6 +66,13 @@ pub fn build_mesh<S: 'static>(nr_shards: usize, channel_capacity: usize) -> Vec<
     ends
 }
 
+/// Whether a job wakes its shard if that shard is asleep.
+#[derive(Debug, Clone, Copy)]
+enum Delivery {
+    Wake,
+    WhenAwake,
+}
+
 pub struct ShardMesh<S: 'static> {
     shard_id: usize,
     senders: Vec<Option<ConnectedSender<Job<S>>>>,
@@ -148,6 +155,41 @@ impl<S: 'static> ShardMesh<S> {
         F: FnOnce(Rc<S>) -> Fut + Send + 'static,
         Fut: Future<Output = T> + 'static,
     {
+        self.invoke(shard, local, work, Delivery::Wake).await
+    }
+
+    /// `invoke_on` for work that only matters once `shard` does work of its
+    /// own (a watch on its partitions, which only it moves): the job does not
+    /// wake `shard` if it is asleep, but runs when it next wakes for anything,
+    /// or once its channel from here is half full. A wake between shards is an
+    /// eventfd write and a sleeping thread scheduled, the largest cost of a
+    /// lightly loaded broker.
+    pub async fn invoke_on_when_awake<T, F, Fut>(
+        &self,
+        shard: usize,
+        local: &Rc<S>,
+        work: F,
+    ) -> Result<T, MeshError>
+    where
+        T: Send + 'static,
+        F: FnOnce(Rc<S>) -> Fut + Send + 'static,
+        Fut: Future<Output = T> + 'static,
+    {
+        self.invoke(shard, local, work, Delivery::WhenAwake).await
+    }
+
+    async fn invoke<T, F, Fut>(
+        &self,
+        shard: usize,
+        local: &Rc<S>,
+        work: F,
+        delivery: Delivery,
+    ) -> Result<T, MeshError>
+    where
+        T: Send + 'static,
+        F: FnOnce(Rc<S>) -> Fut + Send + 'static,
+        Fut: Future<Output = T> + 'static,
+    {
         if shard == self.shard_id {
             return Ok(work(local.clone()).await);
         }
@@ -163,15 +205,19 @@ impl<S: 'static> ShardMesh<S> {
                 let _ = reply.send(work(state).await);
             })
         });
-        sender.send(job).await.map_err(|_| MeshError::Closed)?;
+        let sent = match delivery {
+            Delivery::Wake => sender.send(job).await,
+            Delivery::WhenAwake => sender.send_deferred(job).await,
+        };
+        sent.map_err(|_| MeshError::Closed)?;
         answer.await.map_err(|_| MeshError::Closed)
     }
 
     /// Hands `work` to another shard without waiting, neither for room nor
-    /// for it to run; false when the channel is full or closed and `work` was
-    /// dropped. For work whose loss only costs time (a release that a
-    /// deadline also brings).
-    pub fn try_submit_on<F, Fut>(&self, shard: usize, work: F) -> bool
+    /// for it to run, and without waking it (as `invoke_on_when_awake`);
+    /// false when the channel is full or closed and `work` was dropped. For
+    /// work whose loss only costs time (a release that a deadline also brings).
+    pub fn try_submit_when_awake<F, Fut>(&self, shard: usize, work: F) -> bool
     where
         F: FnOnce(Rc<S>) -> Fut + Send + 'static,
         Fut: Future<Output = ()> + 'static,
@@ -181,7 +227,7 @@ impl<S: 'static> ShardMesh<S> {
             return false;
         };
         let job: Job<S> = Box::new(move |state| Box::pin(work(state)));
-        sender.try_send(job).is_ok()
+        sender.try_send_deferred(job).is_ok()
     }
 
     /// Closes this shard's outgoing channels (shutdown).

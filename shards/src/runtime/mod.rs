@@ -280,6 +280,86 @@ mod tests {
         assert_eq!(answered, vec![CALLS, CALLS]);
     }
 
+    /// A job for when its shard is awake waits while that shard sleeps, and
+    /// runs as soon as it wakes: for a job that wakes it, or for its channel
+    /// from here reaching half of its capacity.
+    #[test]
+    fn jobs_for_when_awake_wait_for_their_shard_to_wake() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::time::{Duration, Instant};
+        const CAPACITY: usize = 8;
+        let config = ShardRuntimeConfig {
+            cores: vec![0, 1],
+            pinned: false,
+            io_memory_bytes: 256 * 1024,
+            mesh_channel_capacity: CAPACITY,
+            max_in_flight_mesh_jobs: CAPACITY,
+        };
+        let ran = std::sync::Arc::new(AtomicUsize::new(0));
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(2));
+        let handles = spawn_shards::<(), _, _, Vec<usize>>(&config, move |start| {
+            let (ran, barrier) = (ran.clone(), barrier.clone());
+            async move {
+                let state = Rc::new(());
+                let mesh = start.mesh.connect(state.clone(), CAPACITY).await;
+                let mut seen = Vec::new();
+                if start.shard_id == 0 {
+                    let count = |ran: &std::sync::Arc<AtomicUsize>| {
+                        let ran = ran.clone();
+                        move |_: Rc<()>| async move {
+                            ran.fetch_add(1, Ordering::SeqCst);
+                        }
+                    };
+                    let settle = Duration::from_millis(100);
+                    let ran_within = |expected: usize| {
+                        let ran = ran.clone();
+                        async move {
+                            let until = Instant::now() + Duration::from_secs(10);
+                            while ran.load(Ordering::SeqCst) < expected && Instant::now() < until {
+                                glommio::timer::sleep(Duration::from_millis(1)).await;
+                            }
+                            ran.load(Ordering::SeqCst)
+                        }
+                    };
+                    // Shard 1 has nothing to do: it is asleep.
+                    glommio::timer::sleep(settle).await;
+                    assert!(mesh.try_submit_when_awake(1, count(&ran)));
+                    glommio::timer::sleep(settle).await;
+                    seen.push(ran.load(Ordering::SeqCst));
+                    // A job that wakes it runs behind the one that waited.
+                    mesh.invoke_on(1, &state, |_: Rc<()>| async {})
+                        .await
+                        .unwrap();
+                    seen.push(ran_within(1).await);
+                    glommio::timer::sleep(settle).await;
+                    // Under half of the channel: left; half of it: woken.
+                    for _ in 0..CAPACITY / 2 - 1 {
+                        assert!(mesh.try_submit_when_awake(1, count(&ran)));
+                    }
+                    glommio::timer::sleep(settle).await;
+                    seen.push(ran.load(Ordering::SeqCst));
+                    let answer = glommio::timer::timeout(Duration::from_secs(10), async {
+                        Ok(mesh
+                            .invoke_on_when_awake(1, &state, |_: Rc<()>| async { 7 })
+                            .await)
+                    });
+                    let answer = answer.await.expect("a half-full channel wakes its shard");
+                    assert_eq!(answer.unwrap(), 7);
+                    seen.push(ran_within(CAPACITY / 2).await);
+                }
+                glommio::executor()
+                    .spawn_blocking(move || {
+                        barrier.wait();
+                    })
+                    .await;
+                seen
+            }
+        })
+        .unwrap();
+        let seen: Vec<Vec<usize>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        assert_eq!(seen[0], vec![0, 1, 1, CAPACITY / 2]);
+    }
+
     /// What a stuck run leaves to read: each io_uring's and eventfd's fdinfo
     /// (a completion not yet reaped, an eventfd count not yet read) and each
     /// thread's kernel stack, so a lost wake is placed in the kernel or in

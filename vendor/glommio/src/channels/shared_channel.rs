@@ -223,6 +223,19 @@ impl<T: Send + Sized> ConnectedSender<T> {
     /// [`Other`]: https://doc.rust-lang.org/std/io/enum.ErrorKind.html#variant.Other
     /// [`GlommioError`]: ../../struct.GlommioError.html
     pub fn try_send(&self, item: T) -> Result<(), T> {
+        self.push(item, true)
+    }
+
+    /// ringbroker's patch (PATCHES.md): like [`try_send`](Self::try_send), but a
+    /// sleeping receiver is not woken for the item unless the channel is then at
+    /// least half full. The item waits until the receiver's executor wakes for
+    /// something else (it looks at its channels before every sleep), so what it
+    /// holds is bounded by half the capacity before a wake.
+    pub fn try_send_deferred(&self, item: T) -> Result<(), T> {
+        self.push(item, false)
+    }
+
+    fn push(&self, item: T, wake: bool) -> Result<(), T> {
         // This is a shared channel so state can change under our noses.
         // We test if the buffer is disconnected before sending to avoid
         // sending a value that will not be received (otherwise we would only
@@ -245,7 +258,10 @@ impl<T: Send + Sized> ConnectedSender<T> {
         }
         match self.state.buffer.try_push(item) {
             None => {
-                self.notifier.notify(false);
+                let capacity = self.state.buffer.capacity();
+                if wake || 2 * (capacity - self.state.buffer.free_space()) >= capacity {
+                    self.notifier.notify(false);
+                }
                 Ok(())
             }
             Some(item) => {
@@ -286,9 +302,19 @@ impl<T: Send + Sized> ConnectedSender<T> {
     /// receiver.join().unwrap();
     /// ```
     pub async fn send(&self, item: T) -> Result<(), T> {
+        self.send_when_room(item, true).await
+    }
+
+    /// ringbroker's patch (PATCHES.md): [`send`](Self::send) that wakes a
+    /// sleeping receiver as [`try_send_deferred`](Self::try_send_deferred) does.
+    pub async fn send_deferred(&self, item: T) -> Result<(), T> {
+        self.send_when_room(item, false).await
+    }
+
+    async fn send_when_room(&self, item: T, wake: bool) -> Result<(), T> {
         let waiter = future::poll_fn(|cx| self.wait_for_room(cx));
         waiter.await;
-        let res = self.try_send(item);
+        let res = self.push(item, wake);
         if let Err(GlommioError::WouldBlock(_)) = &res {
             panic!("operation would block")
         }
