@@ -1029,16 +1029,19 @@ impl SleepableRing {
                 &mut self.source_map.borrow_mut(),
             );
 
-            // We have now prepared the SQE that links the two rings. We now need to submit
-            // it successfully to be able to safely sleep.
-
-            if self
-                .submit_sqes()
+            // We have now prepared the SQE that links the two rings. ringbroker's
+            // patch (PATCHES.md): it is submitted and waited on in one
+            // `io_uring_enter`. The kernel waits only once it has submitted
+            // every SQE given, and then answers the count submitted even if the
+            // wait is interrupted, so 1 is "linked (and slept)".
+            let submitted = self
+                .ring
+                .submit_sqes_and_wait(1)
                 .or_else(Reactor::busy_ok)
                 .or_else(Reactor::again_ok)
-                .or_else(Reactor::intr_ok)?
-                != 1
-            {
+                .or_else(Reactor::intr_ok)? as usize;
+            self.in_kernel += submitted;
+            if submitted != 1 {
                 // We failed to submit the `SQE` that links the rings. Just can't sleep.
                 // Waiting here is unsafe because we could end up waiting much longer than
                 // needed.
@@ -1046,14 +1049,7 @@ impl SleepableRing {
                 unsafe { crate::uring_sys::io_uring_prep_nop(sqe_ptr) };
                 Err(io::Error::from_raw_os_error(libc::EBUSY))
             } else {
-                // The rings are linked. Goodnight!
-                self.ring
-                    .cq()
-                    .wait(1)
-                    .map(|_| 1)
-                    .or_else(Reactor::busy_ok)
-                    .or_else(Reactor::again_ok)
-                    .or_else(Reactor::intr_ok)
+                Ok(1)
             }
         } else {
             // Can't link rings because we ran out of `CQE`s. Just can't sleep.
