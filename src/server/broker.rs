@@ -17,7 +17,7 @@ use glommio::sync::Semaphore;
 use kafka_protocol::messages::ApiKey;
 use shards::log::{LogManager, TopicPartition, WatchedOffset};
 use shards::runtime::activity;
-use shards::runtime::ShardMesh;
+use shards::runtime::{Delivery, ShardMesh};
 
 use super::control::ControlClient;
 use super::fetch_session::FetchSessionCache;
@@ -520,7 +520,7 @@ impl ShardBroker {
                 // channels whenever it is awake: the watch need not wake it.
                 let answer = broker
                     .mesh()
-                    .invoke_on_when_awake(shard, &broker, job)
+                    .invoke_on_with(shard, &broker, job, Delivery::WhenAwake)
                     .await;
                 answered_by.set(Some(shard));
                 answer.ok().flatten()

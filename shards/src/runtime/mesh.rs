@@ -68,8 +68,14 @@ pub fn build_mesh<S: 'static>(nr_shards: usize, channel_capacity: usize) -> Vec<
 
 /// Whether a job wakes its shard if that shard is asleep.
 #[derive(Debug, Clone, Copy)]
-enum Delivery {
+pub enum Delivery {
     Wake,
+    /// For work that only matters once the shard does work of its own (a
+    /// watch on its partitions, which only it moves): a sleeping shard is left
+    /// asleep, and the job runs when it next wakes for anything, or once its
+    /// channel from here is half full. A wake between shards is an eventfd
+    /// write and a sleeping thread scheduled, the largest cost of a lightly
+    /// loaded broker.
     WhenAwake,
 }
 
@@ -155,30 +161,12 @@ impl<S: 'static> ShardMesh<S> {
         F: FnOnce(Rc<S>) -> Fut + Send + 'static,
         Fut: Future<Output = T> + 'static,
     {
-        self.invoke(shard, local, work, Delivery::Wake).await
+        self.invoke_on_with(shard, local, work, Delivery::Wake)
+            .await
     }
 
-    /// `invoke_on` for work that only matters once `shard` does work of its
-    /// own (a watch on its partitions, which only it moves): the job does not
-    /// wake `shard` if it is asleep, but runs when it next wakes for anything,
-    /// or once its channel from here is half full. A wake between shards is an
-    /// eventfd write and a sleeping thread scheduled, the largest cost of a
-    /// lightly loaded broker.
-    pub async fn invoke_on_when_awake<T, F, Fut>(
-        &self,
-        shard: usize,
-        local: &Rc<S>,
-        work: F,
-    ) -> Result<T, MeshError>
-    where
-        T: Send + 'static,
-        F: FnOnce(Rc<S>) -> Fut + Send + 'static,
-        Fut: Future<Output = T> + 'static,
-    {
-        self.invoke(shard, local, work, Delivery::WhenAwake).await
-    }
-
-    async fn invoke<T, F, Fut>(
+    /// `invoke_on`, delivered as `delivery` says.
+    pub async fn invoke_on_with<T, F, Fut>(
         &self,
         shard: usize,
         local: &Rc<S>,
@@ -214,7 +202,7 @@ impl<S: 'static> ShardMesh<S> {
     }
 
     /// Hands `work` to another shard without waiting, neither for room nor
-    /// for it to run, and without waking it (as `invoke_on_when_awake`);
+    /// for it to run, and without waking it (`Delivery::WhenAwake`);
     /// false when the channel is full or closed and `work` was dropped. For
     /// work whose loss only costs time (a release that a deadline also brings).
     pub fn try_submit_when_awake<F, Fut>(&self, shard: usize, work: F) -> bool

@@ -12,7 +12,7 @@ use std::io;
 use glommio::{ExecutorJoinHandle, LocalExecutor, LocalExecutorBuilder, Placement};
 use tracing::warn;
 
-pub use mesh::{build_mesh, Job, MeshEnds, MeshError, ShardMesh};
+pub use mesh::{build_mesh, Delivery, Job, MeshEnds, MeshError, ShardMesh};
 pub use placement::{ShardPlacement, SHARD_PLACEMENT_FILE};
 
 /// Memory each executor registers with io_uring for its buffers.
@@ -340,7 +340,7 @@ mod tests {
                     seen.push(ran.load(Ordering::SeqCst));
                     let answer = glommio::timer::timeout(Duration::from_secs(10), async {
                         Ok(mesh
-                            .invoke_on_when_awake(1, &state, |_: Rc<()>| async { 7 })
+                            .invoke_on_with(1, &state, |_: Rc<()>| async { 7 }, Delivery::WhenAwake)
                             .await)
                     });
                     let answer = answer.await.expect("a half-full channel wakes its shard");
