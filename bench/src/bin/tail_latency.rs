@@ -861,7 +861,8 @@ fn main() {
          Same machine, same run, loopback; each broker fresh per topology (Kafka 4 as a single KRaft node, Kafka 3.9.1 in ZooKeeper mode on three brokers; ringbroker with its defaults). \
          Kafka's maximum: {}. Each fixed-rate run lasts {} s on its own {PARTITIONS}-partition topic (replication factor 3 and min.insync.replicas=2 on three brokers), 1 KiB values, linger.ms=5, \
          after {WARM_UP_RECORDS_PER_PARTITION} untimed acks=all records per partition. \
-         librdkafka counts from when each record was due (coordinated omission corrected), acknowledgement and end to end (a consumer reading from the end); \
+         librdkafka's timed producer first sends one untimed empty record to every partition and waits for it (its connections to the leaders are made before the run), \
+         then counts from when each record was due (coordinated omission corrected), acknowledgement and end to end (a consumer reading from the end); \
          Java ProducerPerformance (batch.size=262144) counts from send() and gives no p99.99; its timeline is its 5-second windows (average and max); \
          EndToEndLatency sends one record at a time and waits for its consumer to read it, whole milliseconds.\n\n\
          Idle (after start, {IDLE_SECONDS} s without traffic): {}.\n\n{}{}\n## Slowest requests (ringbroker)\n{}\n## Latency over time\n\n{}\n\nCommand: `{}`\n",
