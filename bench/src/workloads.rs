@@ -238,8 +238,8 @@ const UNTIMED: usize = 0;
 /// Sends one untimed record, with an empty value, to every partition and
 /// waits for them: a fixed-rate run then does not count the producer's own
 /// first connections to the leaders (on three brokers they held records in
-/// its queue for up to 105 ms in the run's first second). Consumers skip
-/// values shorter than a due time.
+/// its queue for up to 105 ms in the run's first second). The end-to-end
+/// reader of `produce_and_consume` skips values shorter than a due time.
 fn connect_to_every_leader(producer: &ThreadedProducer<AckContext>, spec: &ProduceSpec<'_>) {
     for partition in 0..spec.partitions {
         send(producer, spec.topic, partition, UNTIMED as u64, &[]);
