@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use shards::log::{LogConfig, LogManagerConfig, TOPIC_CONFIG_NAMES};
+use shards::runtime::{MAX_SLICE_US, MIN_SLICE_US};
 
 use self::definitions::kafka_config_defs;
 
@@ -55,6 +56,7 @@ const BROKER_KEYS: &[&str] = &[
     "group.max.size",
     "ringbroker.cores",
     "ringbroker.cores.pinned",
+    "ringbroker.cores.slice.us",
     "ringbroker.metrics.port",
     "zookeeper.connect",
     "zookeeper.session.timeout.ms",
@@ -150,6 +152,9 @@ pub struct BrokerConfig {
     pub cores: Vec<usize>,
     /// `ringbroker.cores.pinned`: each shard's thread bound to its CPU.
     pub cores_pinned: bool,
+    /// `ringbroker.cores.slice.us`: the kernel's time slice for each shard's
+    /// thread; None (0) leaves the kernel's default.
+    pub cores_slice_us: Option<u32>,
     pub log_defaults: LogConfig,
     pub log_manager: LogManagerConfig,
 }
@@ -510,6 +515,16 @@ impl BrokerConfig {
             cores,
             cores_pinned: get("ringbroker.cores.pinned")
                 .map_or(Ok(true), |v| parse("ringbroker.cores.pinned", v))?,
+            cores_slice_us: match number("ringbroker.cores.slice.us", DEFAULT_SLICE_US.into())? {
+                0 => None,
+                us if (MIN_SLICE_US.into()..=MAX_SLICE_US.into()).contains(&us) => Some(us as u32),
+                us => {
+                    return Err(ConfigError(format!(
+                        "invalid value {us} for ringbroker.cores.slice.us: must be 0 (the kernel's \
+                         default) or between {MIN_SLICE_US} and {MAX_SLICE_US}"
+                    )))
+                }
+            },
             log_defaults,
             log_manager,
         })
@@ -571,6 +586,14 @@ fn log_defaults(properties: &BTreeMap<String, String>) -> Result<LogConfig, Conf
 /// 0.2 s, and a broker with both cores saturated keeps its session
 /// (tests/zookeeper_session.rs).
 pub const DEFAULT_ZOOKEEPER_SESSION_TIMEOUT_MS: u64 = 2_000;
+
+/// `ringbroker.cores.slice.us`' default (`shards::runtime::scheduler_slice`).
+/// A slice shorter than the clients' (1.4 ms on two CPUs) lets a woken shard
+/// preempt them; the kernel's shortest, 100 us, did that as well but let a
+/// woken client take the CPU back from a shard 100 us into its work, and the
+/// shard then waited for the next tick (4 ms at HZ=250): the bench's 4 ms
+/// appends and response sends doubled.
+pub const DEFAULT_SLICE_US: u32 = 500;
 
 /// `replica.selector.class`: Kafka's two selectors by their class names;
 /// whether it is the rack-aware one.
@@ -867,6 +890,18 @@ mod tests {
         let unpinned = BrokerConfig::from_properties(&unpinned).unwrap();
         assert_eq!((unpinned.cores, unpinned.cores_pinned), (vec![0, 1], false));
         assert!(error_of("ringbroker.cores.pinned=maybe\n").contains("ringbroker.cores.pinned"));
+        assert_eq!(config.cores_slice_us, Some(DEFAULT_SLICE_US));
+        let kernels = parse_properties("ringbroker.cores.slice.us=0\n");
+        assert_eq!(
+            BrokerConfig::from_properties(&kernels)
+                .unwrap()
+                .cores_slice_us,
+            None
+        );
+        for bad in ["99", "100001"] {
+            let error = error_of(&format!("ringbroker.cores.slice.us={bad}\n"));
+            assert!(error.contains("between 100 and 100000"), "{error}");
+        }
         let bad = parse_properties("log.segment.bytes=lots\n");
         let error = BrokerConfig::from_properties(&bad).unwrap_err();
         assert!(error.0.contains("log.segment.bytes"), "{error}");

@@ -139,6 +139,7 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
     let (control_ends, shard_ends) = build_control_channels(nr_shards);
     let runtime = ShardRuntimeConfig {
         pinned: config.cores_pinned,
+        slice_us: config.cores_slice_us,
         ..ShardRuntimeConfig::for_cores(config.cores.clone())
     };
     // Before the first executor: the control plane's needs locked memory too.

@@ -5,15 +5,17 @@
 pub mod activity;
 mod mesh;
 mod placement;
+mod scheduler_slice;
 
 use std::future::Future;
 use std::io;
 
 use glommio::{ExecutorJoinHandle, LocalExecutor, LocalExecutorBuilder, Placement};
-use tracing::warn;
+use tracing::{info, warn};
 
 pub use mesh::{build_mesh, Delivery, Job, MeshEnds, MeshError, ShardMesh};
 pub use placement::{ShardPlacement, SHARD_PLACEMENT_FILE};
+pub use scheduler_slice::{set_current_thread_slice, SliceOutcome, MAX_SLICE_US, MIN_SLICE_US};
 
 /// Memory each executor registers with io_uring for its buffers.
 pub const DEFAULT_IO_MEMORY_BYTES: usize = 2 * 1024 * 1024;
@@ -27,6 +29,9 @@ pub struct ShardRuntimeConfig {
     /// clients, a benchmark): a woken shard then runs on whichever CPU is
     /// free instead of queueing behind another thread on its own.
     pub pinned: bool,
+    /// The kernel's time slice for each shard's thread (`scheduler_slice.rs`);
+    /// None leaves the kernel's default.
+    pub slice_us: Option<u32>,
     pub io_memory_bytes: usize,
     /// Jobs that may wait in each shard-to-shard channel.
     pub mesh_channel_capacity: usize,
@@ -39,6 +44,7 @@ impl ShardRuntimeConfig {
         Self {
             cores,
             pinned: true,
+            slice_us: None,
             io_memory_bytes: DEFAULT_IO_MEMORY_BYTES,
             mesh_channel_capacity: 1024,
             max_in_flight_mesh_jobs: 4096,
@@ -116,6 +122,7 @@ where
         .enumerate()
     {
         let init = init.clone();
+        let slice_us = config.slice_us;
         let placement = if config.pinned {
             Placement::Fixed(config.cores[shard_id])
         } else {
@@ -125,6 +132,9 @@ where
             .name(&format!("shard-{shard_id}"))
             .io_memory(config.io_memory_bytes)
             .spawn(move || {
+                if let Some(slice_us) = slice_us {
+                    set_shard_slice(shard_id, slice_us);
+                }
                 init(ShardStart {
                     shard_id,
                     nr_shards,
@@ -135,6 +145,23 @@ where
         handles.push(handle);
     }
     Ok(handles)
+}
+
+/// A shard that cannot have its slice runs with what it has: said once per shard.
+fn set_shard_slice(shard_id: usize, slice_us: u32) {
+    match set_current_thread_slice(slice_us) {
+        Ok(SliceOutcome::Set) => {}
+        Ok(SliceOutcome::KernelSlice) => warn!(
+            shard_id,
+            slice_us,
+            "the kernel keeps its own time slice for this shard (custom slices need Linux 6.12)"
+        ),
+        Ok(SliceOutcome::NotFair) => info!(
+            shard_id,
+            slice_us, "this shard runs under a real-time policy: its time slice is left as it is"
+        ),
+        Err(error) => warn!(shard_id, slice_us, %error, "cannot set this shard's time slice"),
+    }
 }
 
 /// An unpinned executor for tools and tests that drive the log directly.
@@ -176,6 +203,7 @@ mod tests {
         let config = ShardRuntimeConfig {
             cores: vec![0, 0, 0],
             pinned,
+            slice_us: None,
             io_memory_bytes: 256 * 1024,
             mesh_channel_capacity: 2,
             max_in_flight_mesh_jobs: 4,
@@ -224,6 +252,31 @@ mod tests {
         }
     }
 
+    #[test]
+    fn each_shard_runs_with_the_configured_slice() {
+        let inherited_ns = scheduler_slice::current_attr().unwrap().sched_runtime;
+        for slice_us in [None, Some(500)] {
+            let config = ShardRuntimeConfig {
+                pinned: false,
+                slice_us,
+                ..ShardRuntimeConfig::for_cores(vec![0, 0])
+            };
+            let handles = spawn_shards::<Counter, _, _, u64>(&config, |_| async {
+                scheduler_slice::current_attr().unwrap().sched_runtime
+            })
+            .unwrap();
+            for handle in handles {
+                let slice_ns = handle.join().unwrap();
+                match slice_us {
+                    // A kernel before 6.12 reports no slice: nothing to compare.
+                    Some(_) if inherited_ns == 0 => assert_eq!(slice_ns, 0),
+                    Some(us) => assert_eq!(slice_ns, u64::from(us) * 1_000),
+                    None => assert_eq!(slice_ns, inherited_ns),
+                }
+            }
+        }
+    }
+
     /// Each shard sleeps a little between calls to the other, so each is often
     /// asleep on a timer when a job or an answer arrives for it: a lost wakeup
     /// leaves both asleep for good (no other timer is due), and the calls stop.
@@ -233,6 +286,7 @@ mod tests {
         let config = ShardRuntimeConfig {
             cores: vec![0, 1],
             pinned: false,
+            slice_us: None,
             io_memory_bytes: 256 * 1024,
             mesh_channel_capacity: 2,
             max_in_flight_mesh_jobs: 4,
@@ -291,6 +345,7 @@ mod tests {
         let config = ShardRuntimeConfig {
             cores: vec![0, 1],
             pinned: false,
+            slice_us: None,
             io_memory_bytes: 256 * 1024,
             mesh_channel_capacity: CAPACITY,
             max_in_flight_mesh_jobs: CAPACITY,
