@@ -15,7 +15,8 @@ use tracing::{info, warn};
 
 pub use mesh::{build_mesh, Delivery, Job, MeshEnds, MeshError, ShardMesh};
 pub use placement::{ShardPlacement, SHARD_PLACEMENT_FILE};
-pub use scheduler_slice::{set_current_thread_slice, SliceOutcome, MAX_SLICE_US, MIN_SLICE_US};
+use scheduler_slice::{set_current_thread_slice, SliceOutcome};
+pub use scheduler_slice::{MAX_SLICE_US, MIN_SLICE_US};
 
 /// Memory each executor registers with io_uring for its buffers.
 pub const DEFAULT_IO_MEMORY_BYTES: usize = 2 * 1024 * 1024;
