@@ -159,7 +159,8 @@ fn set_shard_slice(shard_id: usize, slice_us: u32) {
         ),
         Ok(SliceOutcome::NotFair) => info!(
             shard_id,
-            slice_us, "this shard runs under a real-time policy: its time slice is left as it is"
+            slice_us,
+            "this shard runs under a real-time or deadline policy: its time slice is left as it is"
         ),
         Err(error) => warn!(shard_id, slice_us, %error, "cannot set this shard's time slice"),
     }

@@ -2,7 +2,8 @@
 //!
 //! Linux's EEVDF scheduler (6.6+) gives each runnable thread a virtual deadline
 //! one slice after it becomes eligible; a woken thread preempts the running one
-//! when its deadline comes first, or, since 6.12, when its slice is shorter. With
+//! when its deadline comes first, and since 6.12 a woken thread with the shorter
+//! slice also ends the running one's protected turn. With
 //! every thread on the default slice (0.7 ms times 1 + log2 of the CPUs), a shard
 //! woken for a request on a CPU that a client holds waited milliseconds for it:
 //! in the tail-latency bench, most requests slower than 4 ms were a hop to a
