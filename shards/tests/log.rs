@@ -6,8 +6,12 @@ mod common;
 use std::fs;
 
 use common::*;
+use shards::log::file_names::PREPARED_FILE_SUFFIX;
 use shards::log::record_batch::CRC_OFFSET;
-use shards::log::{page_cache_stat, segment_file_path, LogConfig, LogError, LOG_FILE_SUFFIX};
+use shards::log::{
+    page_cache_stat, segment_file_path, LogConfig, LogError, INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX,
+    TIME_INDEX_FILE_SUFFIX,
+};
 
 fn small_segments() -> LogConfig {
     let mut config = LogConfig::default();
@@ -635,10 +639,31 @@ fn preallocated_segments_keep_their_size_and_give_back_blocks_when_they_roll() {
     const SEGMENT_BYTES: u64 = 4 * 1024 * 1024;
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let partition_dir = dir.path().join("topic-0");
+    let path = |base: i64, suffix: &str| segment_file_path(&partition_dir, base, suffix);
     // A segment file's size and the bytes of blocks it holds.
     let sizes = |base: i64| {
-        let meta = fs::metadata(segment_file_path(&partition_dir, base, LOG_FILE_SUFFIX)).unwrap();
+        let meta = fs::metadata(path(base, LOG_FILE_SUFFIX)).unwrap();
         (meta.len(), meta.blocks() * 512)
+    };
+    let prepared = |base: i64| {
+        [LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX]
+            .map(|suffix| path(base, &format!("{suffix}{PREPARED_FILE_SUFFIX}")))
+    };
+    // Waits for the next segment's files, made in the background; the `.log`'s inode.
+    let await_prepared = |base: i64| async move {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let ready = prepared(base).iter().all(|file| file.exists())
+                && fs::metadata(&prepared(base)[0]).unwrap().blocks() * 512 >= SEGMENT_BYTES;
+            if ready {
+                return fs::metadata(&prepared(base)[0]).unwrap().ino();
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no next segment prepared"
+            );
+            glommio::timer::sleep(std::time::Duration::from_millis(10)).await;
+        }
     };
     let mut config = LogConfig::default();
     config
@@ -653,30 +678,116 @@ fn preallocated_segments_keep_their_size_and_give_back_blocks_when_they_roll() {
         log.append_as_leader(batch(0, 16, 60 * 1024, 5_000), 0, 5_000)
             .await
             .unwrap();
-        log.roll(5_000).await.unwrap();
-        let (size, allocated) = sizes(0);
+        glommio::timer::sleep(std::time::Duration::from_millis(50)).await;
         assert!(
-            size > 900 * 1024 && allocated < size + 64 * 1024,
-            "{size} bytes, {allocated} allocated after the roll"
+            !prepared(0)[0].exists(),
+            "a quarter full, the next segment is not made yet"
         );
+        // Past half way to segment.bytes, the next segment is made ahead.
+        for i in 1..3 {
+            log.append_as_leader(batch(i * 16, 16, 60 * 1024, 5_000), 0, 5_000)
+                .await
+                .unwrap();
+        }
+        let inode = await_prepared(0).await;
+        log.roll(5_000).await.unwrap();
+        assert_eq!(
+            fs::metadata(path(48, LOG_FILE_SUFFIX)).unwrap().ino(),
+            inode,
+            "the roll takes the prepared file"
+        );
+        assert!(prepared(0).iter().all(|file| !file.exists()));
         assert!(
-            sizes(16).1 >= SEGMENT_BYTES,
+            sizes(48).1 >= SEGMENT_BYTES,
             "the new segment is preallocated"
         );
+        // The old segment's unused blocks go back in the background.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let (size, allocated) = sizes(0);
+            assert!(size > 2 * 900 * 1024, "{size} bytes");
+            if allocated < size + 64 * 1024 {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{allocated} bytes still allocated to a {size}-byte closed segment"
+            );
+            glommio::timer::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        for i in 3..6 {
+            log.append_as_leader(batch(i * 16, 16, 60 * 1024, 5_000), 0, 5_000)
+                .await
+                .unwrap();
+        }
+        await_prepared(48).await;
         log.close().await.unwrap();
         assert_eq!(
-            sizes(16),
-            (0, 0),
+            sizes(48).1,
+            sizes(48).0.div_ceil(4096) * 4096,
             "closing gives back the active segment's blocks"
         );
+        assert!(
+            prepared(48).iter().all(|file| !file.exists()),
+            "closing removes the next segment unused"
+        );
     });
+    // A crash leaves prepared files behind; loading removes them.
+    for file in prepared(48) {
+        fs::write(file, b"").unwrap();
+    }
     run(async {
         let log = open_log(dir.path(), config, 0, true).await;
         assert!(
-            sizes(16).1 >= SEGMENT_BYTES,
+            sizes(48).1 >= SEGMENT_BYTES,
             "reopened, the active segment is preallocated again"
         );
-        assert_eq!(read_all(&log).await.len(), 16);
+        assert!(prepared(48).iter().all(|file| !file.exists()));
+        assert_eq!(read_all(&log).await.len(), 96);
+    });
+}
+
+/// The files under `dir` this process still has open though they are deleted.
+fn open_deleted_files(dir: &std::path::Path) -> Vec<String> {
+    let dir = dir.to_string_lossy().into_owned();
+    fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|fd| fs::read_link(fd.ok()?.path()).ok())
+        .map(|target| target.to_string_lossy().into_owned())
+        .filter(|target| target.starts_with(&dir) && target.ends_with(" (deleted)"))
+        .collect()
+}
+
+#[test]
+fn deleted_files_keep_their_blocks_past_the_last_use() {
+    // Their last close frees the blocks, which can wait for the disk; it
+    // comes later, on the blocking pool, not when the shard lets go of them.
+    let dir = tempfile::tempdir().unwrap();
+    run(async {
+        let mut config = small_segments();
+        config.set("retention.bytes", "45000").unwrap();
+        let log = open_log(dir.path(), config, 0, false).await;
+        for i in 0..100 {
+            log.append_as_leader(batch(i * 10, 10, 100, 1_000), 0, 2_000)
+                .await
+                .unwrap();
+        }
+        log.set_high_watermark(log.log_end_offset());
+        let deleted = log.delete_retained_segments(2_000).await.unwrap();
+        assert!(deleted > 0);
+        // The segments' own descriptors close on the reactor's next turn.
+        glommio::timer::sleep(std::time::Duration::from_millis(20)).await;
+        let held = open_deleted_files(log.dir());
+        assert_eq!(held.len(), 3 * deleted, "{held:?}");
+        // The whole log deleted: its directory is renamed, then removed.
+        let segments = log.segment_count();
+        let doomed = log.mark_deleted().await.unwrap();
+        fs::remove_dir_all(&doomed).unwrap();
+        drop(log);
+        glommio::timer::sleep(std::time::Duration::from_millis(20)).await;
+        // Those retention deleted are still held too, under the renamed directory.
+        let held = open_deleted_files(&doomed);
+        assert_eq!(held.len(), 3 * (segments + deleted), "{held:?}");
     });
 }
 

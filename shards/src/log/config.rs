@@ -52,7 +52,9 @@ pub struct LogConfig {
     /// Stored for the controller's elections, which replication brings.
     pub unclean_leader_election_enable: bool,
     /// `preallocate`: a new active segment gets `segment.bytes` of blocks up
-    /// front (see `SegmentFile::preallocate`), trimmed when it rolls.
+    /// front (see `SegmentFile::preallocate`), trimmed when it rolls; the next
+    /// one is made in the background once the active one is half way to its
+    /// roll (`PreparedSegment`).
     pub preallocate: bool,
 }
 

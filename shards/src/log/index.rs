@@ -93,13 +93,22 @@ pub struct IndexFile<E: IndexEntry> {
 
 impl<E: IndexEntry> IndexFile<E> {
     pub async fn create(path: &Path, base_offset: i64, max_entries: usize) -> io::Result<Self> {
-        Ok(Self {
+        Ok(Self::empty(
+            SegmentFile::create(path).await?,
             base_offset,
-            file: Rc::new(SegmentFile::create(path).await?),
+            max_entries,
+        ))
+    }
+
+    /// An index with no entries, in `file` (created empty).
+    pub fn empty(file: SegmentFile, base_offset: i64, max_entries: usize) -> Self {
+        Self {
+            base_offset,
+            file: Rc::new(file),
             entries: Vec::new(),
             written_entries: 0,
             max_entries: max_entries.max(1),
-        })
+        }
     }
 
     /// Opens an existing index; Ok(None) when its length is not a whole number of

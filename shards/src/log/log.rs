@@ -17,7 +17,8 @@ use super::blocking::run_blocking;
 use super::compression::{decompress, recompress, CompressionLevels};
 use super::file_names::{
     parse_base_offset, segment_file_path, CLEANED_FILE_SUFFIX, DELETE_DIR_SUFFIX,
-    INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, SWAP_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX,
+    INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, PREPARED_FILE_SUFFIX, SWAP_FILE_SUFFIX,
+    TIME_INDEX_FILE_SUFFIX,
 };
 use super::leader_epoch::LeaderEpochFileCache;
 use super::log_dirs::LogDirHealth;
@@ -26,7 +27,7 @@ use super::record_batch::{
     stamp_batch, validate_batch, validate_produced_batch, AppendStamp, BatchIter,
     RecordBatchHeader, RecordIter, TimestampType, RECORD_BATCH_OVERHEAD,
 };
-use super::segment::{AppendedBatch, FileSlice, LogSegment};
+use super::segment::{AppendedBatch, FileSlice, LogSegment, PreparedSegment};
 use super::{LogConfig, LogError, TimestampPolicy, TopicCompression, TopicPartition};
 use crate::runtime::activity::{self, ActivityKind};
 
@@ -139,6 +140,14 @@ struct FlushState {
     truncations: Cell<u64>,
 }
 
+/// The next segment's files, prepared in the background while the active
+/// segment fills (`preallocate`), so that its roll only renames them.
+enum NextSegment {
+    Idle,
+    Preparing,
+    Ready(Box<PreparedSegment>),
+}
+
 /// What an append did, for the produce response. For an idempotent
 /// producer's retry of a batch already in the log nothing is written and the
 /// offsets are the original batch's.
@@ -209,6 +218,11 @@ pub struct Log {
     /// the write begins, so the last one written is the newest.
     epoch_checkpoint: Rc<EpochCheckpoint>,
     producer_state: RefCell<ProducerStateManager>,
+    next_segment: Rc<RefCell<NextSegment>>,
+    /// The base offset of the active segment the last preparation began
+    /// under: one attempt per segment, so a failed one is not retried on
+    /// every append.
+    next_segment_prepared_for: Cell<i64>,
     /// Serializes appends, rolls and truncation.
     append_lock: Semaphore,
     /// Serializes the background work that replaces closed segments (retention,
@@ -357,6 +371,8 @@ impl Log {
             leader_epoch_cache: Rc::new(RefCell::new(epoch_cache)),
             epoch_checkpoint: Rc::default(),
             producer_state: RefCell::new(ProducerStateManager::default()),
+            next_segment: Rc::new(RefCell::new(NextSegment::Idle)),
+            next_segment_prepared_for: Cell::new(-1),
             append_lock: Semaphore::new(1),
             maintenance_lock: Semaphore::new(1),
         };
@@ -610,7 +626,41 @@ impl Log {
             .map_err(|error| self.health.on_error(error.into()))?;
         self.log_end_offset.set(last.next_offset());
         wake(&self.log_end_watches);
+        if config.preallocate && active.is_half_way_to_roll(&config, now_ms) {
+            self.prepare_next_segment(&active, &config);
+        }
         Ok(())
+    }
+
+    /// Starts making the next segment's files in the background, once per
+    /// active segment and one at a time; a prepared one not yet used waits
+    /// for the next roll.
+    fn prepare_next_segment(&self, active: &LogSegment, config: &LogConfig) {
+        if self.next_segment_prepared_for.get() == active.base_offset()
+            || !matches!(*self.next_segment.borrow(), NextSegment::Idle)
+        {
+            return;
+        }
+        self.next_segment_prepared_for.set(active.base_offset());
+        *self.next_segment.borrow_mut() = NextSegment::Preparing;
+        let next_segment = self.next_segment.clone();
+        let (dir, name_offset, size_bytes) =
+            (self.dir.clone(), active.base_offset(), config.segment_bytes);
+        let partition = self.topic_partition.clone();
+        glommio::spawn_local(async move {
+            let started = Instant::now();
+            let prepared = PreparedSegment::create(&dir, name_offset, size_bytes).await;
+            activity::record(ActivityKind::SegmentPrepare, started);
+            *next_segment.borrow_mut() = match prepared {
+                Ok(prepared) => NextSegment::Ready(Box::new(prepared)),
+                Err(error) => {
+                    // The roll makes the segment itself, as without preparation.
+                    warn!(%partition, %error, "could not prepare the next segment");
+                    NextSegment::Idle
+                }
+            };
+        })
+        .detach();
     }
 
     /// Appends what a follower fetched from its leader, as the leader stored
@@ -716,9 +766,10 @@ impl Log {
         Ok(())
     }
 
-    /// Starts a new active segment at the log end. The old one gets its final time
-    /// index entry and is flushed in the background, after which the recovery
-    /// point moves past it.
+    /// Starts a new active segment at the log end (from the prepared files
+    /// when there are some). The old one gets its final time index entry; in
+    /// the background its unused blocks go back and it is flushed, after
+    /// which the recovery point moves past it.
     pub async fn roll(self: &Rc<Self>, now_ms: i64) -> Result<(), LogError> {
         let _permit = permit(&self.append_lock).await;
         self.roll_locked(now_ms).await?;
@@ -734,18 +785,28 @@ impl Log {
         }
         old.on_become_inactive()
             .map_err(|error| self.health.on_error(error.into()))?;
-        old.trim_preallocated()
-            .await
-            .map_err(|error| self.health.on_error(error.into()))?;
-        let segment = Rc::new(
-            LogSegment::create(&self.dir, base, "", &self.config(), now_ms)
-                .await
-                .map_err(|error| self.health.on_error(error.into()))?,
-        );
+        let prepared = match self.next_segment.replace(NextSegment::Idle) {
+            NextSegment::Ready(prepared) => Some(prepared),
+            // Still in the making: it serves the roll after this one.
+            NextSegment::Preparing => {
+                self.next_segment.replace(NextSegment::Preparing);
+                None
+            }
+            NextSegment::Idle => None,
+        };
+        let config = self.config();
+        let segment = match prepared {
+            Some(prepared) => {
+                LogSegment::from_prepared(&self.dir, base, *prepared, &config, now_ms).await
+            }
+            None => LogSegment::create(&self.dir, base, "", &config, now_ms).await,
+        };
+        let segment = Rc::new(segment.map_err(|error| self.health.on_error(error.into()))?);
         self.segments.borrow_mut().insert(base, segment.clone());
         info!(partition = %self.topic_partition, base, "rolled a new segment");
-        // Flush everything before the new segment in the background; only
-        // flushed data moves the recovery point (what a crash rescans).
+        // Give back the old segment's unused blocks and flush everything
+        // before the new segment in the background; only flushed data moves
+        // the recovery point (what a crash rescans).
         let health = self.health.clone();
         let flush_state = self.flush_state.clone();
         let generation = flush_state.truncations.get();
@@ -757,6 +818,12 @@ impl Log {
             .collect();
         glommio::spawn_local(async move {
             let _permit = permit(&flush_state.lock).await;
+            // Under the lock a truncation takes, so the two never race; a
+            // truncation into `old` has taken its preallocation already.
+            if let Err(error) = old.trim_preallocated().await {
+                health.on_error(error.into());
+                return;
+            }
             if flush_state.truncations.get() != generation {
                 return; // truncated meanwhile: these offsets may no longer exist
             }
@@ -1174,7 +1241,19 @@ impl Log {
         })
         .await
         .map_err(|error| self.health.on_error(error.into()))?;
+        self.hold_files_past_deletion();
         Ok(doomed)
+    }
+
+    /// Every file of a log whose directory is about to be removed keeps its
+    /// blocks past the removal (`SegmentFile::hold_past_deletion`).
+    fn hold_files_past_deletion(&self) {
+        for segment in self.segments.borrow().values() {
+            segment.hold_files_past_deletion();
+        }
+        if let NextSegment::Ready(prepared) = &*self.next_segment.borrow() {
+            prepared.hold_files_past_deletion();
+        }
     }
 
     /// The last step of moving this log to another directory: with every
@@ -1214,6 +1293,7 @@ impl Log {
         self.epoch_checkpoint.deleted.set(true);
         self.deleted.set(true);
         self.wake_all_watches();
+        self.hold_files_past_deletion();
         Ok((doomed, self.log_end_offset(), self.high_watermark()))
     }
 
@@ -1278,6 +1358,12 @@ impl Log {
             .trim_preallocated()
             .await
             .map_err(|error| self.health.on_error(error.into()))?;
+        if let NextSegment::Ready(prepared) = self.next_segment.replace(NextSegment::Idle) {
+            prepared
+                .remove()
+                .await
+                .map_err(|error| self.health.on_error(error.into()))?;
+        }
         self.flush().await
     }
 }
@@ -1372,7 +1458,8 @@ fn first_record_at_or_after(
 }
 
 /// Finishes a cleaner swap that a crash interrupted: a `.swap` segment replaces
-/// the segments its offsets cover; `.cleaned` leftovers are discarded.
+/// the segments its offsets cover; `.cleaned` leftovers are discarded, and so
+/// is a next segment prepared and never rolled into.
 async fn complete_interrupted_swaps(
     dir: &Path,
     config: &LogConfig,
@@ -1382,7 +1469,10 @@ async fn complete_interrupted_swaps(
     for entry in std::fs::read_dir(dir)? {
         let path = entry?.path();
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
-        if name.ends_with(CLEANED_FILE_SUFFIX) || name.ends_with(".deleted") {
+        if name.ends_with(CLEANED_FILE_SUFFIX)
+            || name.ends_with(PREPARED_FILE_SUFFIX)
+            || name.ends_with(".deleted")
+        {
             std::fs::remove_file(&path)?;
         } else if let Some(stem) =
             name.strip_suffix(&format!("{LOG_FILE_SUFFIX}{SWAP_FILE_SUFFIX}"))

@@ -12,7 +12,9 @@ use tracing::warn;
 use crate::runtime::activity::{self, ActivityKind};
 
 use super::file::{SegmentFile, PAGE_SIZE_BYTES};
-use super::file_names::{INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX};
+use super::file_names::{
+    INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, PREPARED_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX,
+};
 use super::index::{OffsetIndex, OffsetPosition, TimeIndex, TimestampOffset};
 use super::record_batch::{
     validate_batch, BatchIter, RecordBatchHeader, NO_TIMESTAMP, RECORD_BATCH_OVERHEAD,
@@ -151,6 +153,48 @@ impl Writeback {
     }
 }
 
+/// A log's next segment made ahead of its roll (`preallocate`): its three
+/// files created and its `.log` given `segment.bytes` of blocks under the
+/// `.prepared` stage. Creating files and allocating blocks wait for ext4 to
+/// read its bitmaps from the disk, at times for hundreds of milliseconds
+/// behind an fsync; done at the roll, that wait held the partition's appends.
+/// The roll only renames these.
+pub struct PreparedSegment {
+    log: SegmentFile,
+    offset_index: SegmentFile,
+    time_index: SegmentFile,
+}
+
+impl PreparedSegment {
+    /// Makes the files, named after `name_offset` (the active segment's base),
+    /// with `size_bytes` of the `.log`'s blocks allocated.
+    pub async fn create(dir: &Path, name_offset: i64, size_bytes: u64) -> io::Result<Self> {
+        let path = |suffix| staged_path(dir, name_offset, suffix, PREPARED_FILE_SUFFIX);
+        let log = SegmentFile::create(&path(LOG_FILE_SUFFIX)).await?;
+        log.preallocate(size_bytes).await?;
+        Ok(Self {
+            log,
+            offset_index: SegmentFile::create(&path(INDEX_FILE_SUFFIX)).await?,
+            time_index: SegmentFile::create(&path(TIME_INDEX_FILE_SUFFIX)).await?,
+        })
+    }
+
+    /// Removes the files (a log closing with its next segment unused).
+    pub async fn remove(self) -> io::Result<()> {
+        for file in [self.log, self.offset_index, self.time_index] {
+            file.remove().await?;
+        }
+        Ok(())
+    }
+
+    /// See `SegmentFile::hold_past_deletion`; for a log whose directory goes.
+    pub fn hold_files_past_deletion(&self) {
+        for file in [&self.log, &self.offset_index, &self.time_index] {
+            file.hold_past_deletion();
+        }
+    }
+}
+
 const NO_MAX_TIMESTAMP: TimestampOffset = TimestampOffset {
     timestamp: NO_TIMESTAMP,
     offset: -1,
@@ -193,6 +237,46 @@ impl LogSegment {
         if config.preallocate && stage.is_empty() {
             segment.preallocate(config.segment_bytes).await?;
         }
+        Ok(segment)
+    }
+
+    /// A new active segment at `base_offset` from files prepared ahead: renamed
+    /// to their final names, the `.log` last so that a crash between the renames
+    /// leaves no `.log` without its indexes.
+    pub async fn from_prepared(
+        dir: &Path,
+        base_offset: i64,
+        prepared: PreparedSegment,
+        config: &LogConfig,
+        now_ms: i64,
+    ) -> io::Result<Self> {
+        let PreparedSegment {
+            mut log,
+            mut offset_index,
+            mut time_index,
+        } = prepared;
+        for (file, suffix) in [
+            (&mut offset_index, INDEX_FILE_SUFFIX),
+            (&mut time_index, TIME_INDEX_FILE_SUFFIX),
+            (&mut log, LOG_FILE_SUFFIX),
+        ] {
+            file.rename(&staged_path(dir, base_offset, suffix, ""))
+                .await?;
+        }
+        let segment = Self::assemble(
+            dir,
+            base_offset,
+            log,
+            OffsetIndex::empty(offset_index, base_offset, config.max_index_entries()),
+            TimeIndex::empty(
+                time_index,
+                base_offset,
+                (config.segment_index_bytes / 12) as usize,
+            ),
+            config,
+            now_ms,
+        );
+        segment.preallocated.set(true);
         Ok(segment)
     }
 
@@ -401,15 +485,29 @@ impl LogSegment {
         if self.is_empty() {
             return false;
         }
-        let waited_ms = match self.rolling_based_timestamp.get() {
-            Some(first) if first >= 0 && max_timestamp >= 0 => max_timestamp - first,
-            _ => now_ms - self.created_ms,
-        };
         self.size_bytes() + size_bytes > config.segment_bytes
-            || waited_ms > config.segment_ms
+            || self.rolling_waited_ms(max_timestamp, now_ms) > config.segment_ms
             || self.offset_index.borrow().is_full()
             || self.time_index.borrow().is_full()
             || last_offset - self.base_offset > i32::MAX as i64
+    }
+
+    /// Whether the segment is half way to its size or time roll: when its log
+    /// prepares the next one, with time to spare before it is needed.
+    pub fn is_half_way_to_roll(&self, config: &LogConfig, now_ms: i64) -> bool {
+        !self.is_empty()
+            && (self.size_bytes() >= config.segment_bytes / 2
+                || self.rolling_waited_ms(self.max_timestamp(), now_ms) >= config.segment_ms / 2)
+    }
+
+    /// How long `segment.ms` counts this segment has lasted: from its first
+    /// batch's timestamp to `max_timestamp`, or since its creation when either
+    /// has none.
+    fn rolling_waited_ms(&self, max_timestamp: i64, now_ms: i64) -> i64 {
+        match self.rolling_based_timestamp.get() {
+            Some(first) if first >= 0 && max_timestamp >= 0 => max_timestamp - first,
+            _ => now_ms - self.created_ms,
+        }
     }
 
     /// Appends stamped batches, given in `parts` written back to back (one
@@ -728,6 +826,13 @@ impl LogSegment {
         }
         self.load_tail_state().await?;
         Ok(removed)
+    }
+
+    /// See `SegmentFile::hold_past_deletion`; for a log whose directory goes.
+    pub fn hold_files_past_deletion(&self) {
+        self.log.hold_past_deletion();
+        self.offset_index.borrow().file().hold_past_deletion();
+        self.time_index.borrow().file().hold_past_deletion();
     }
 
     /// Deletes the segment's files.

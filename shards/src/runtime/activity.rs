@@ -16,6 +16,8 @@ const MIN_RECORDED: Duration = Duration::from_micros(100);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ActivityKind {
     SegmentRoll,
+    /// The next segment's files made ahead of its roll (`preallocate`).
+    SegmentPrepare,
     /// Index entries written to the index files.
     IndexWrite,
     /// Appended bytes handed to the kernel's writeback (blocking pool).
@@ -36,6 +38,7 @@ impl ActivityKind {
     pub fn name(self) -> &'static str {
         match self {
             ActivityKind::SegmentRoll => "segment roll",
+            ActivityKind::SegmentPrepare => "segment prepare",
             ActivityKind::IndexWrite => "index write",
             ActivityKind::Writeback => "writeback",
             ActivityKind::Flush => "fsync",
