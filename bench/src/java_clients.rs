@@ -6,8 +6,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// What ProducerPerformance printed: its final percentiles (ms) and its
-/// 5-second windows (seconds from its start, average and max ms).
+/// What ProducerPerformance printed: its final percentiles (ms), of the
+/// records after its warm-up, and its 5-second windows (seconds from its
+/// start, average and max ms).
 #[derive(Debug, Clone)]
 pub struct ProducerPerformance {
     pub records: u64,
@@ -46,7 +47,9 @@ fn number_before(line: &str, unit: &str) -> Option<f64> {
 
 /// Parses ProducerPerformance's output: interval lines
 /// (`N records sent, R records/sec (M MB/sec), A ms avg latency, X ms max
-/// latency.`) and the final one, which adds the percentiles.
+/// latency.`) and the summary ones, which add the percentiles: of every
+/// record, then (with `--warmup-records`) of those after the warm-up
+/// (`N steady state records sent, ...`), which is the one taken.
 pub fn parse_producer_performance(output: &str, elapsed: Duration) -> ProducerPerformance {
     let mut windows = Vec::new();
     let mut last = None;
@@ -60,8 +63,11 @@ pub fn parse_producer_performance(output: &str, elapsed: Duration) -> ProducerPe
         }
     }
     let last = last.expect("ProducerPerformance's final line");
+    let records = number_before(&last, " steady state records sent")
+        .or_else(|| number_before(&last, " records sent"))
+        .expect("records");
     ProducerPerformance {
-        records: number_before(&last, " records sent").expect("records") as u64,
+        records: records as u64,
         elapsed,
         p50_ms: number_before(&last, " ms 50th").expect("p50"),
         p99_ms: number_before(&last, " ms 99th").expect("p99"),
@@ -72,15 +78,19 @@ pub fn parse_producer_performance(output: &str, elapsed: Duration) -> ProducerPe
 }
 
 /// `records` of 1 KiB at `rate` records/s to `topic`, acks as given, with
-/// the producer of the issue's report: linger.ms=5, batch.size=262144.
+/// the producer of the issue's report: linger.ms=5, batch.size=262144; the
+/// first `warmup_records` (its connections made, its JIT warm) are left out
+/// of the percentiles.
 pub fn producer_performance(
     kafka_run_class: &Path,
     bootstrap: &str,
     topic: &str,
     records: u64,
+    warmup_records: u64,
     rate: f64,
     acks: &str,
 ) -> ProducerPerformance {
+    assert!(warmup_records < records);
     let started = Instant::now();
     let args: Vec<String> = [
         "--topic",
@@ -89,6 +99,8 @@ pub fn producer_performance(
         &records.to_string(),
         "--record-size",
         "1024",
+        "--warmup-records",
+        &warmup_records.to_string(),
         "--throughput",
         &format!("{rate:.0}"),
         "--producer-props",
@@ -202,6 +214,19 @@ mod tests {
             (7.0, 45.0, 107.0)
         );
         assert_eq!(parsed.max_ms, 696.0);
+        assert_eq!(parsed.windows, vec![(5.0, 8.2, 696.0)]);
+        let output = "\
+In steady state.
+49942 records sent, 9972.4 records/sec (9.74 MB/sec), 8.2 ms avg latency, 696.0 ms max latency.
+50000 records sent, 9897.070467 records/sec (9.67 MB/sec), 8.18 ms avg latency, 696.00 ms max latency, 7 ms 50th, 13 ms 95th, 45 ms 99th, 107 ms 99.9th.
+40000 steady state records sent, 9897.070467 records/sec (9.67 MB/sec), 6.18 ms avg latency, 96.00 ms max latency, 5 ms 50th, 11 ms 95th, 35 ms 99th, 57 ms 99.9th.
+";
+        let parsed = parse_producer_performance(output, Duration::from_secs(5));
+        assert_eq!(parsed.records, 40_000);
+        assert_eq!(
+            (parsed.p50_ms, parsed.p99_ms, parsed.p999_ms, parsed.max_ms),
+            (5.0, 35.0, 57.0, 96.0)
+        );
         assert_eq!(parsed.windows, vec![(5.0, 8.2, 696.0)]);
         let output = "0\t141.04\n1000\t2.15\nAvg latency: 3.0558 ms\nPercentiles: 50th = 1, 99th = 13, 99.9th = 21\n";
         let parsed = parse_end_to_end_latency(output, 2000, Duration::from_secs(6));

@@ -235,6 +235,10 @@ const IDLE_SECONDS: u64 = 10;
 
 /// Partitions of the fixed-rate runs' topics and of the maximum's.
 const PARTITIONS: i32 = 6;
+/// ProducerPerformance's first seconds (at most half the run), left out of
+/// its percentiles (`--warmup-records`): its JVM's connections and JIT, not
+/// the broker.
+const PRODUCER_PERFORMANCE_WARMUP_SECONDS: f64 = 5.0;
 
 /// Runs `work` with the broker's clocks around it: scrapes before and
 /// after, a sampler each second, the slowest requests afterwards.
@@ -318,6 +322,7 @@ fn fixed_rate_run(
                     &bootstrap,
                     &topic,
                     records,
+                    (rate * PRODUCER_PERFORMANCE_WARMUP_SECONDS).min(records as f64 / 2.0) as u64,
                     rate,
                     acks,
                 );
@@ -856,14 +861,18 @@ fn main() {
         .map(|(t, k, p)| format!("{} on {}: {p:.2}% of a core", k.name(), t.name()))
         .collect();
     let command: Vec<String> = std::env::args().collect();
+    let ringbroker_config = match args.ringbroker_config.as_slice() {
+        [] => "its defaults".to_owned(),
+        overrides => format!("its defaults but {}", overrides.join(", ")),
+    };
     let markdown = format!(
         "# Tail latency, ringbroker vs Apache Kafka, {stamp}\n\n\
-         Same machine, same run, loopback; each broker fresh per topology (Kafka 4 as a single KRaft node, Kafka 3.9.1 in ZooKeeper mode on three brokers; ringbroker with its defaults). \
+         Same machine, same run, loopback; each broker fresh per topology (Kafka 4 as a single KRaft node, Kafka 3.9.1 in ZooKeeper mode on three brokers; ringbroker with {ringbroker_config}). \
          Kafka's maximum: {}. Each fixed-rate run lasts {} s on its own {PARTITIONS}-partition topic (replication factor 3 and min.insync.replicas=2 on three brokers), 1 KiB values, linger.ms=5, \
          after {WARM_UP_RECORDS_PER_PARTITION} untimed acks=all records per partition. \
          librdkafka's timed producer first sends one untimed empty record to every partition and waits for it (its connections to the leaders are made before the run), \
          then counts from when each record was due (coordinated omission corrected), acknowledgement and end to end (a consumer reading from the end); \
-         Java ProducerPerformance (batch.size=262144) counts from send() and gives no p99.99; its timeline is its 5-second windows (average and max); \
+         Java ProducerPerformance (batch.size=262144) counts from send(), leaves its first {PRODUCER_PERFORMANCE_WARMUP_SECONDS} s out of its percentiles (--warmup-records) and gives no p99.99; its timeline is its 5-second windows (average and max); \
          EndToEndLatency sends one record at a time and waits for its consumer to read it, whole milliseconds.\n\n\
          Idle (after start, {IDLE_SECONDS} s without traffic): {}.\n\n{}{}\n## Slowest requests (ringbroker)\n{}\n## Latency over time\n\n{}\n\nCommand: `{}`\n",
         maxima.join("; "),
