@@ -348,6 +348,11 @@ impl LogConfig {
     pub fn max_index_entries(&self) -> usize {
         (self.segment_index_bytes / 8) as usize
     }
+
+    /// Entries a full `.timeindex` holds.
+    pub fn max_time_index_entries(&self) -> usize {
+        (self.segment_index_bytes / 12) as usize
+    }
 }
 
 #[cfg(test)]

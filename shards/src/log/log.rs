@@ -222,7 +222,7 @@ pub struct Log {
     /// The base offset of the active segment the last preparation began
     /// under: one attempt per segment, so a failed one is not retried on
     /// every append.
-    next_segment_prepared_for: Cell<i64>,
+    next_segment_prepared_for: Cell<Option<i64>>,
     /// Serializes appends, rolls and truncation.
     append_lock: Semaphore,
     /// Serializes the background work that replaces closed segments (retention,
@@ -372,7 +372,7 @@ impl Log {
             epoch_checkpoint: Rc::default(),
             producer_state: RefCell::new(ProducerStateManager::default()),
             next_segment: Rc::new(RefCell::new(NextSegment::Idle)),
-            next_segment_prepared_for: Cell::new(-1),
+            next_segment_prepared_for: Cell::new(None),
             append_lock: Semaphore::new(1),
             maintenance_lock: Semaphore::new(1),
         };
@@ -636,12 +636,13 @@ impl Log {
     /// active segment and one at a time; a prepared one not yet used waits
     /// for the next roll.
     fn prepare_next_segment(&self, active: &LogSegment, config: &LogConfig) {
-        if self.next_segment_prepared_for.get() == active.base_offset()
+        if self.next_segment_prepared_for.get() == Some(active.base_offset())
             || !matches!(*self.next_segment.borrow(), NextSegment::Idle)
         {
             return;
         }
-        self.next_segment_prepared_for.set(active.base_offset());
+        self.next_segment_prepared_for
+            .set(Some(active.base_offset()));
         *self.next_segment.borrow_mut() = NextSegment::Preparing;
         let next_segment = self.next_segment.clone();
         let (dir, name_offset, size_bytes) =

@@ -221,7 +221,7 @@ impl LogSegment {
         let time_index = TimeIndex::create(
             &staged_path(dir, base_offset, TIME_INDEX_FILE_SUFFIX, stage),
             base_offset,
-            (config.segment_index_bytes / 12) as usize,
+            config.max_time_index_entries(),
         )
         .await?;
         let segment = Self::assemble(
@@ -268,11 +268,7 @@ impl LogSegment {
             base_offset,
             log,
             OffsetIndex::empty(offset_index, base_offset, config.max_index_entries()),
-            TimeIndex::empty(
-                time_index,
-                base_offset,
-                (config.segment_index_bytes / 12) as usize,
-            ),
+            TimeIndex::empty(time_index, base_offset, config.max_time_index_entries()),
             config,
             now_ms,
         );
@@ -343,7 +339,7 @@ impl LogSegment {
         let index_path = staged_path(dir, base_offset, INDEX_FILE_SUFFIX, stage);
         let time_index_path = staged_path(dir, base_offset, TIME_INDEX_FILE_SUFFIX, stage);
         let max_entries = config.max_index_entries();
-        let max_time_entries = (config.segment_index_bytes / 12) as usize;
+        let max_time_entries = config.max_time_index_entries();
         let offset_index = match OffsetIndex::open(&index_path, base_offset, max_entries).await {
             Ok(Some(index)) if index.is_sane(log_size) => Some(index),
             Ok(_) => None,
