@@ -162,6 +162,27 @@ fn an_interrupted_cleaner_swap_is_completed() {
 }
 
 #[test]
+fn index_files_without_their_segment_are_deleted() {
+    // A crash between a roll's renames can leave a new segment's indexes alone.
+    let dir = tempfile::tempdir().unwrap();
+    let bases = fill(dir.path());
+    let orphan = bases.last().unwrap() + 1_000;
+    for suffix in [".index", ".timeindex"] {
+        fs::write(segment(dir.path(), orphan, suffix), b"").unwrap();
+    }
+    run(async {
+        let log = open_log(dir.path(), config(), 0, false).await;
+        assert_eq!(log.log_end_offset(), 300);
+    });
+    for suffix in [".index", ".timeindex"] {
+        assert!(!segment(dir.path(), orphan, suffix).exists());
+        for base in &bases {
+            assert!(segment(dir.path(), *base, suffix).exists());
+        }
+    }
+}
+
+#[test]
 fn a_clean_shutdown_leaves_checkpoints_and_a_marker() {
     let dir = tempfile::tempdir().unwrap();
     let dirs = vec![dir.path().to_owned()];

@@ -273,6 +273,7 @@ impl Log {
     ) -> Result<Log, LogError> {
         std::fs::create_dir_all(dir)?;
         complete_interrupted_swaps(dir, &config, now_ms).await?;
+        delete_orphaned_indexes(dir)?;
         let mut base_offsets = Vec::new();
         for entry in std::fs::read_dir(dir)? {
             let name = entry?.file_name().to_string_lossy().into_owned();
@@ -1509,6 +1510,25 @@ async fn complete_interrupted_swaps(
         let path = entry?.path();
         if path.to_string_lossy().ends_with(SWAP_FILE_SUFFIX) {
             std::fs::remove_file(&path)?;
+        }
+    }
+    Ok(())
+}
+
+/// Deletes index files whose `.log` is gone, as Kafka's log loader does: a
+/// crash between a roll's renames (`LogSegment::from_prepared`) leaves them.
+fn delete_orphaned_indexes(dir: &Path) -> Result<(), LogError> {
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let base = [INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX]
+            .iter()
+            .find_map(|suffix| name.strip_suffix(suffix).and_then(parse_base_offset));
+        if let Some(base) = base {
+            if !segment_file_path(dir, base, LOG_FILE_SUFFIX).exists() {
+                warn!(index = %path.display(), "deleting an index without its segment");
+                std::fs::remove_file(&path)?;
+            }
         }
     }
     Ok(())
