@@ -10,7 +10,9 @@ mod scheduler_slice;
 use std::future::Future;
 use std::io;
 
-use glommio::{ExecutorJoinHandle, LocalExecutor, LocalExecutorBuilder, Placement};
+use glommio::{
+    CpuSet, ExecutorJoinHandle, LocalExecutor, LocalExecutorBuilder, Placement, PoolPlacement,
+};
 use tracing::{info, warn};
 
 pub use mesh::{build_mesh, Delivery, Job, MeshEnds, MeshError, ShardMesh};
@@ -20,6 +22,13 @@ pub use scheduler_slice::{MAX_SLICE_US, MIN_SLICE_US};
 
 /// Memory each executor registers with io_uring for its buffers.
 pub const DEFAULT_IO_MEMORY_BYTES: usize = 2 * 1024 * 1024;
+
+/// Threads of each shard's blocking pool (glommio's default is one). Its
+/// jobs include fsyncs and frees of deleted or trimmed blocks that wait for
+/// the disk for hundreds of milliseconds; with one thread, a roll's renames
+/// queued behind another partition's trim held that partition's appends.
+/// They sleep in the kernel, not on the CPU.
+const BLOCKING_THREADS_PER_SHARD: usize = 4;
 
 #[derive(Debug, Clone)]
 pub struct ShardRuntimeConfig {
@@ -124,12 +133,23 @@ where
     {
         let init = init.clone();
         let slice_us = config.slice_us;
-        let placement = if config.pinned {
-            Placement::Fixed(config.cores[shard_id])
+        let (placement, blocking_placement) = if config.pinned {
+            let cpu = config.cores[shard_id];
+            let cpu_set = CpuSet::online()
+                .map_err(|error| io::Error::other(error.to_string()))?
+                .filter(|location| location.cpu == cpu);
+            (
+                Placement::Fixed(cpu),
+                PoolPlacement::Custom(vec![cpu_set; BLOCKING_THREADS_PER_SHARD]),
+            )
         } else {
-            Placement::Unbound
+            (
+                Placement::Unbound,
+                PoolPlacement::Unbound(BLOCKING_THREADS_PER_SHARD),
+            )
         };
         let handle = LocalExecutorBuilder::new(placement)
+            .blocking_thread_pool_placement(blocking_placement)
             .name(&format!("shard-{shard_id}"))
             .io_memory(config.io_memory_bytes)
             .spawn(move || {
