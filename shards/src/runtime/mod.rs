@@ -299,6 +299,51 @@ mod tests {
         }
     }
 
+    /// A job of a shard's blocking pool that waits (for the disk, say) does
+    /// not hold up the others: each job here waits, a bounded time, for all
+    /// of them to have started, which only as many threads as jobs allow.
+    #[test]
+    fn a_shards_blocking_jobs_run_side_by_side() {
+        use std::sync::{Arc, Condvar, Mutex};
+        let config = ShardRuntimeConfig {
+            pinned: false,
+            ..ShardRuntimeConfig::for_cores(vec![0])
+        };
+        let handles = spawn_shards::<Counter, _, _, Vec<bool>>(&config, |_| async {
+            let started = Arc::new((Mutex::new(0usize), Condvar::new()));
+            // Tasks, so that every job is handed to the pool before any is awaited.
+            let jobs: Vec<_> = (0..BLOCKING_THREADS_PER_SHARD)
+                .map(|_| {
+                    let started = started.clone();
+                    glommio::spawn_local(glommio::executor().spawn_blocking(move || {
+                        let (count, all_started) = &*started;
+                        let mut count = count.lock().unwrap();
+                        *count += 1;
+                        all_started.notify_all();
+                        let timeout = std::time::Duration::from_secs(5);
+                        let (count, waited) = all_started
+                            .wait_timeout_while(count, timeout, |count| {
+                                *count < BLOCKING_THREADS_PER_SHARD
+                            })
+                            .unwrap();
+                        drop(count);
+                        !waited.timed_out()
+                    }))
+                })
+                .collect();
+            let mut saw_all = Vec::new();
+            for job in jobs {
+                saw_all.push(job.await);
+            }
+            saw_all
+        })
+        .unwrap();
+        for handle in handles {
+            let saw_all = handle.join().unwrap();
+            assert!(saw_all.iter().all(|saw| *saw), "{saw_all:?}");
+        }
+    }
+
     /// Each shard sleeps a little between calls to the other, so each is often
     /// asleep on a timer when a job or an answer arrives for it: a lost wakeup
     /// leaves both asleep for good (no other timer is due), and the calls stop.
