@@ -211,18 +211,25 @@ fn timestamp_lookup_finds_the_first_record_at_or_after() {
     });
 }
 
+/// A log of small segments with `retention.bytes` 45000, holding 100
+/// batches of 10 records (about 100 KB), its high watermark still at 0.
+async fn log_past_retention_bytes(dir: &std::path::Path) -> shards::log::Log {
+    let mut config = small_segments();
+    config.set("retention.bytes", "45000").unwrap();
+    let log = open_log(dir, config, 0, false).await;
+    for i in 0..100 {
+        log.append_as_leader(batch(i * 10, 10, 100, 1_000 + i as i64), 0, 2_000)
+            .await
+            .unwrap();
+    }
+    log
+}
+
 #[test]
 fn retention_deletes_whole_closed_segments_only() {
     let dir = tempfile::tempdir().unwrap();
     run(async {
-        let mut config = small_segments();
-        config.set("retention.bytes", "45000").unwrap();
-        let log = open_log(dir.path(), config, 0, false).await;
-        for i in 0..100 {
-            log.append_as_leader(batch(i * 10, 10, 100, 1_000 + i as i64), 0, 2_000)
-                .await
-                .unwrap();
-        }
+        let log = log_past_retention_bytes(dir.path()).await;
         let before = log.segment_count();
         // Nothing above the high watermark goes.
         assert_eq!(log.delete_retained_segments(2_000).await.unwrap(), 0);
@@ -651,19 +658,12 @@ fn preallocated_segments_keep_their_size_and_give_back_blocks_when_they_roll() {
     };
     // Waits for the next segment's files, made in the background; the `.log`'s inode.
     let await_prepared = |base: i64| async move {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        loop {
-            let ready = prepared(base).iter().all(|file| file.exists())
-                && fs::metadata(&prepared(base)[0]).unwrap().blocks() * 512 >= SEGMENT_BYTES;
-            if ready {
-                return fs::metadata(&prepared(base)[0]).unwrap().ino();
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "no next segment prepared"
-            );
-            glommio::timer::sleep(std::time::Duration::from_millis(10)).await;
-        }
+        eventually("the next segment prepared", || {
+            prepared(base).iter().all(|file| file.exists())
+                && fs::metadata(&prepared(base)[0]).unwrap().blocks() * 512 >= SEGMENT_BYTES
+        })
+        .await;
+        fs::metadata(&prepared(base)[0]).unwrap().ino()
     };
     let mut config = LogConfig::default();
     config
@@ -702,19 +702,12 @@ fn preallocated_segments_keep_their_size_and_give_back_blocks_when_they_roll() {
             "the new segment is preallocated"
         );
         // The old segment's unused blocks go back in the background.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        loop {
+        assert!(sizes(0).0 > 2 * 900 * 1024, "{:?}", sizes(0));
+        eventually("the closed segment's unused blocks given back", || {
             let (size, allocated) = sizes(0);
-            assert!(size > 2 * 900 * 1024, "{size} bytes");
-            if allocated < size + 64 * 1024 {
-                break;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{allocated} bytes still allocated to a {size}-byte closed segment"
-            );
-            glommio::timer::sleep(std::time::Duration::from_millis(10)).await;
-        }
+            allocated < size + 64 * 1024
+        })
+        .await;
         for i in 3..6 {
             log.append_as_leader(batch(i * 16, 16, 60 * 1024, 5_000), 0, 5_000)
                 .await
@@ -764,14 +757,7 @@ fn deleted_files_keep_their_blocks_past_the_last_use() {
     // comes later, on the blocking pool, not when the shard lets go of them.
     let dir = tempfile::tempdir().unwrap();
     run(async {
-        let mut config = small_segments();
-        config.set("retention.bytes", "45000").unwrap();
-        let log = open_log(dir.path(), config, 0, false).await;
-        for i in 0..100 {
-            log.append_as_leader(batch(i * 10, 10, 100, 1_000), 0, 2_000)
-                .await
-                .unwrap();
-        }
+        let log = log_past_retention_bytes(dir.path()).await;
         log.set_high_watermark(log.log_end_offset());
         let deleted = log.delete_retained_segments(2_000).await.unwrap();
         assert!(deleted > 0);

@@ -92,3 +92,15 @@ pub async fn read_all(log: &Log) -> Vec<StoredRecord> {
     }
     records
 }
+
+/// Waits until `done` holds, checking every 10 ms; fails after 10 s, naming `what`.
+pub async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !done() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not within 10 s: {what}"
+        );
+        glommio::timer::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
