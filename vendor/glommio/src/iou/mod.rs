@@ -198,6 +198,47 @@ impl IoUring {
         self.sq().submit_and_wait(wait_for)
     }
 
+    /// Submits all prepared [`SQE`]s and waits until at least `wait_for`
+    /// events have completed or `timeout` has passed, in one `io_uring_enter`.
+    /// ringbroker's patch (PATCHES.md): the timeout is the wait's own
+    /// (`IORING_ENTER_EXT_ARG`, Linux 5.11), not a timeout SQE to submit and
+    /// cancel. Answers the count submitted, which the kernel answers even when
+    /// the wait times out or is interrupted; with nothing to submit, a wait
+    /// that times out (`ETIME`) or is interrupted answers 0.
+    pub fn submit_sqes_and_wait_at_most(
+        &mut self,
+        wait_for: u32,
+        timeout: Duration,
+    ) -> io::Result<u32> {
+        let ts = uring_sys::__kernel_timespec {
+            tv_sec: timeout.as_secs() as _,
+            tv_nsec: timeout.subsec_nanos() as _,
+        };
+        let arg = uring_sys::io_uring_getevents_arg {
+            ts: &ts as *const _ as u64,
+            ..Default::default()
+        };
+        // SAFETY: the ring is this one's; `arg` and `ts` outlive the call.
+        let ret = unsafe {
+            let to_submit = uring_sys::__io_uring_flush_sq(&mut self.ring);
+            uring_sys::syscalls::io_uring_enter_ext_arg(
+                self.ring.ring_fd,
+                to_submit as _,
+                wait_for,
+                uring_sys::IORING_ENTER_GETEVENTS | uring_sys::IORING_ENTER_EXT_ARG,
+                &arg,
+            )
+        };
+        if ret >= 0 {
+            return Ok(ret as u32);
+        }
+        let error = io::Error::last_os_error();
+        match error.raw_os_error() {
+            Some(libc::ETIME) | Some(libc::EINTR) => Ok(0),
+            _ => Err(error),
+        }
+    }
+
     /// Submit all prepared [`SQE`]s to the kernel and wait until at least
     /// `wait_for` events have completed or `duration` has passed.
     pub fn submit_sqes_and_wait_with_timeout(

@@ -14,7 +14,6 @@ use rlimit::Resource;
 use std::{
     cell::{Cell, Ref, RefCell, RefMut},
     collections::VecDeque,
-    convert::TryFrom,
     ffi::CStr,
     fmt,
     future::Future,
@@ -41,7 +40,7 @@ use crate::{
         blocking::{BlockingThreadOp, BlockingThreadPool},
         dma_buffer::{BufferStorage, DmaBuffer},
         DirectIo, EnqueuedSource, EnqueuedStatus, InnerSource, IoBuffer,
-        PollableStatus, Source, SourceType, Statx, TimeSpec64,
+        PollableStatus, Source, SourceType, Statx,
     },
     uring_sys::{self, IoRingOp},
     GlommioError, IoRequirements, IoStats, ReactorErrorKind, RingIoStats, TaskQueueHandle,
@@ -906,8 +905,14 @@ impl SleepableRing {
         source_map: Rc<RefCell<SourceMap>>,
     ) -> io::Result<Self> {
         assert!(*IO_URING_RECENT_ENOUGH);
+        let ring = iou::IoUring::new(size as _)?;
+        // ringbroker's patch (PATCHES.md): a sleep's timeout is the wait's own.
+        assert!(
+            ring.raw().features & crate::uring_sys::IORING_FEAT_EXT_ARG != 0,
+            "io_uring without IORING_FEAT_EXT_ARG: Linux 5.11 or newer is needed"
+        );
         Ok(SleepableRing {
-            ring: iou::IoUring::new(size as _)?,
+            ring,
             size,
             submission_queue: UringQueueState::with_capacity(size * 4),
             name,
@@ -921,41 +926,6 @@ impl SleepableRing {
 
     fn ring_fd(&self) -> RawFd {
         self.ring.raw().ring_fd
-    }
-
-    /// This function prepares a timer that fires unconditionally after a
-    /// certain duration. The timer is added at the front of the queue such
-    /// that it will be the first SQE submitted the next time we enter the
-    /// latency ring
-    fn prepare_latency_preemption_timer(&mut self, d: Duration) -> Source {
-        let source = Source::new(
-            IoRequirements::default(),
-            -1,
-            SourceType::Timeout(TimeSpec64::try_from(d).unwrap(), 0),
-            None,
-            None,
-        );
-        let op = match &*source.source_type() {
-            SourceType::Timeout(ts, events) => {
-                UringOpDescriptor::Timeout(&ts.raw as *const _, *events)
-            }
-            _ => unreachable!(),
-        };
-
-        self.submission_queue()
-            .borrow_mut()
-            .submissions
-            .push_front(UringDescriptor {
-                args: op,
-                fd: -1,
-                flags: SubmissionFlags::empty(),
-                user_data: to_user_data(
-                    self.source_map
-                        .borrow_mut()
-                        .add_source(&source, self.submission_queue.clone()),
-                ),
-            });
-        source
     }
 
     fn install_eventfd(&mut self, eventfd_src: &Source) -> bool {
@@ -1004,12 +974,23 @@ impl SleepableRing {
         }
     }
 
-    fn sleep(&mut self, link: &Source) -> io::Result<usize> {
+    /// Sleeps until a completion, on this ring or (through `link`, a poll of
+    /// its ring fd) on the latency ring, or until `timeout`, the next user
+    /// timer, has passed.
+    fn sleep(&mut self, link: &Source, timeout: Option<Duration>) -> io::Result<usize> {
         assert_eq!(
             self.waiting_kernel_submission(),
             0,
             "sleeping with pending SQEs"
         );
+        // ringbroker's patch (PATCHES.md): the poll of an earlier sleep that
+        // has not fired is still in the kernel, and wakes this one too.
+        if link.inner.borrow().enqueued.is_some() {
+            self.submit_sqes_and_sleep(timeout)
+                .or_else(Reactor::again_ok)
+                .or_else(Reactor::intr_ok)?;
+            return Ok(1);
+        }
         if let Some(mut sqe) = self.ring.sq().prepare_sqe() {
             let sqe_ptr = unsafe { sqe.raw_mut() as *mut _ };
             let op = UringDescriptor {
@@ -1035,8 +1016,7 @@ impl SleepableRing {
             // every SQE given, and then answers the count submitted even if the
             // wait is interrupted, so 1 is "linked (and slept)".
             let submitted = self
-                .ring
-                .submit_sqes_and_wait(1)
+                .submit_sqes_and_sleep(timeout)
                 .or_else(Reactor::busy_ok)
                 .or_else(Reactor::again_ok)
                 .or_else(Reactor::intr_ok)? as usize;
@@ -1059,6 +1039,17 @@ impl SleepableRing {
                 .or_else(Reactor::busy_ok)
                 .or_else(Reactor::again_ok)
                 .or_else(Reactor::intr_ok)
+        }
+    }
+}
+
+impl SleepableRing {
+    /// Submits what is prepared and waits for one completion, or at most
+    /// `timeout`: one `io_uring_enter` either way.
+    fn submit_sqes_and_sleep(&mut self, timeout: Option<Duration>) -> io::Result<u32> {
+        match timeout {
+            Some(timeout) => self.ring.submit_sqes_and_wait_at_most(1, timeout),
+            None => self.ring.submit_sqes_and_wait(1),
         }
     }
 }
@@ -1177,7 +1168,9 @@ pub(crate) struct Reactor {
     latency_ring: RefCell<SleepableRing>,
     poll_ring: RefCell<PollRing>,
 
-    latency_preemption_timeout_src: Cell<Option<Source>>,
+    // ringbroker's patch (PATCHES.md): the poll that links the rings, kept
+    // from one sleep to the next until it fires.
+    link_rings_src: Cell<Option<Source>>,
     // ringbroker's patch (PATCHES.md): when the running task queue's time is
     // up, read off the clock instead of a timer armed in the latency ring.
     preempt_deadline: Cell<Option<Instant>>,
@@ -1316,7 +1309,7 @@ impl Reactor {
             main_ring: RefCell::new(main_ring),
             latency_ring: RefCell::new(latency_ring),
             poll_ring: RefCell::new(poll_ring),
-            latency_preemption_timeout_src: Cell::new(None),
+            link_rings_src: Cell::new(None),
             preempt_deadline: Cell::new(None),
             main_cq_head,
             main_cq_tail,
@@ -1691,15 +1684,27 @@ impl Reactor {
     ///
     /// We may not be able to register an `SQE` at this point, so we return an
     /// Error and will just not sleep.
-    fn link_rings_and_sleep(&self, ring: &mut SleepableRing) -> io::Result<()> {
-        let link_rings = Source::new(
-            IoRequirements::default(),
-            self.link_fd,
-            SourceType::LinkRings,
-            None,
-            None,
-        );
-        ring.sleep(&link_rings).or_else(Self::busy_ok).map(|_| {})
+    fn link_rings_and_sleep(
+        &self,
+        ring: &mut SleepableRing,
+        timeout: Option<Duration>,
+    ) -> io::Result<()> {
+        // ringbroker's patch (PATCHES.md): a poll that has not fired stays in
+        // the kernel, so it is kept for the next sleep instead of adding one
+        // more poll to the latency ring's fd each time.
+        let link_rings = match self.link_rings_src.take() {
+            Some(pending) if pending.inner.borrow().enqueued.is_some() => pending,
+            _ => Source::new(
+                IoRequirements::default(),
+                self.link_fd,
+                SourceType::LinkRings,
+                None,
+                None,
+            ),
+        };
+        let slept = ring.sleep(&link_rings, timeout);
+        self.link_rings_src.set(Some(link_rings));
+        slept.or_else(Self::busy_ok).map(|_| {})
     }
 
     pub(crate) fn poll_io(&self, woke: &mut usize) -> io::Result<()> {
@@ -1729,8 +1734,8 @@ impl Reactor {
     ///   so spinning here does not eat into the next task queue's time.
     ///
     /// * The user timer: the next expiration of a `Timer` (or `TimerAction`).
-    ///   It is armed in the latency ring only when we sleep, so that the sleep
-    ///   ends in time, and cancelled on the next pass if it has not fired.
+    ///   ringbroker's patch (PATCHES.md): it is the timeout of the sleep's
+    ///   wait, so that the sleep ends in time; nothing is armed in a ring.
     pub(crate) fn wait<Preempt, F>(
         &self,
         preempt_timer: Preempt,
@@ -1751,12 +1756,6 @@ impl Reactor {
         // consume all events from the rings
         consume_rings!(into &mut woke; lat_ring, poll_ring, main_ring);
 
-        // Cancel the timer of the last sleep, if it has not fired: we are awake.
-        // ringbroker's patch (PATCHES.md): that is the only timer left here; the
-        // preemption timers glommio armed and cancelled on every pass are now
-        // `preempt_deadline` and `need_preempt`'s look at the main ring.
-        drop(self.latency_preemption_timeout_src.take());
-
         // This will only dispatch if we run out of sqes. Which means until
         // flush_rings! nothing is really send to the kernel...
         flush_cancellations!(into &mut woke; lat_ring, poll_ring, main_ring);
@@ -1774,13 +1773,6 @@ impl Reactor {
             && lat_ring.can_sleep();
 
         if should_sleep {
-            // We are about to go to sleep. It's ok to sleep, but if there
-            // is a timer set, we need to make sure we wake up to handle it.
-            if let Some(dur) = user_timer {
-                self.latency_preemption_timeout_src
-                    .set(Some(lat_ring.prepare_latency_preemption_timer(dur)));
-                assert!(flush_rings!(lat_ring)? > 0);
-            }
             // From this moment on the remote executors are aware that we are sleeping
             // We have to sweep the remote channels function once more because since
             // last time until now it could be that something happened in a remote executor
@@ -1793,7 +1785,10 @@ impl Reactor {
             let events = process_remote_channels() + self.flush_syscall_thread();
             if events == 0 {
                 if self.eventfd_src.is_installed().unwrap() {
-                    self.link_rings_and_sleep(&mut main_ring)
+                    // ringbroker's patch (PATCHES.md): the next user timer is
+                    // the sleep's timeout, not a timer armed in the latency
+                    // ring and cancelled when the sleep ends sooner.
+                    self.link_rings_and_sleep(&mut main_ring, user_timer)
                         .expect("some error");
                     // May have new cancellations related to the link ring fd.
                     flush_cancellations!(into &mut 0; lat_ring, poll_ring, main_ring);
@@ -1964,7 +1959,7 @@ impl Drop for Reactor {
 
 #[cfg(test)]
 mod tests {
-    use crate::PoolPlacement;
+    use crate::{sys::TimeSpec64, PoolPlacement};
     use std::time::Instant;
 
     use super::*;

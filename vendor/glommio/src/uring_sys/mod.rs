@@ -89,6 +89,7 @@ pub const IORING_CQ_EVENTFD_DISABLED: libc::c_uint = 1 << 0;
 // io_uring_enter flags
 pub const IORING_ENTER_GETEVENTS: libc::c_uint = 1 << 0;
 pub const IORING_ENTER_SQ_WAKEUP: libc::c_uint = 1 << 1;
+pub const IORING_ENTER_EXT_ARG: libc::c_uint = 1 << 3;
 
 // io_uring_params.features flags
 pub const IORING_FEAT_SINGLE_MMAP: libc::__u32 = 1 << 0;
@@ -98,6 +99,17 @@ pub const IORING_FEAT_RW_CUR_POS: libc::__u32 = 1 << 3;
 pub const IORING_FEAT_CUR_PERSONALITY: libc::__u32 = 1 << 4;
 pub const IORING_FEAT_FAST_POLL: libc::__u32 = 1 << 5;
 pub const IORING_FEAT_POLL_32BITS: libc::__u32 = 1 << 6;
+pub const IORING_FEAT_EXT_ARG: libc::__u32 = 1 << 8;
+
+/// `io_uring_enter`'s argument with `IORING_ENTER_EXT_ARG` (Linux 5.11).
+#[derive(Debug, Default)]
+#[repr(C)]
+pub struct io_uring_getevents_arg {
+    pub sigmask: u64,
+    pub sigmask_sz: u32,
+    pub pad: u32,
+    pub ts: u64,
+}
 
 // io_uring_register opcodes and arguments
 pub const IORING_REGISTER_BUFFERS: libc::c_uint = 0;
@@ -337,6 +349,10 @@ extern "C" {
     pub fn io_uring_submit(ring: *mut io_uring) -> libc::c_int;
 
     pub fn io_uring_submit_and_wait(ring: *mut io_uring, wait_nr: libc::c_uint) -> libc::c_int;
+
+    /// Moves the SQEs prepared since the last submission into the kernel's
+    /// ring; answers how many are there to submit.
+    pub fn __io_uring_flush_sq(ring: *mut io_uring) -> libc::c_int;
 
     pub fn io_uring_get_sqe(ring: *mut io_uring) -> *mut io_uring_sqe;
 

@@ -1,4 +1,4 @@
-use super::io_uring_params;
+use super::{io_uring_getevents_arg, io_uring_params};
 
 // syscall constants
 #[allow(non_upper_case_globals)]
@@ -36,5 +36,25 @@ pub unsafe fn io_uring_enter(
         flags,
         sig,
         core::mem::size_of::<libc::sigset_t>(),
+    ) as libc::c_int
+}
+
+/// `io_uring_enter` with `IORING_ENTER_EXT_ARG` in `flags`: `arg` in place
+/// of the signal mask.
+pub unsafe fn io_uring_enter_ext_arg(
+    fd: libc::c_int,
+    to_submit: libc::c_uint,
+    min_complete: libc::c_uint,
+    flags: libc::c_uint,
+    arg: *const io_uring_getevents_arg,
+) -> libc::c_int {
+    libc::syscall(
+        __NR_io_uring_enter,
+        fd,
+        to_submit,
+        min_complete,
+        flags,
+        arg,
+        core::mem::size_of::<io_uring_getevents_arg>(),
     ) as libc::c_int
 }
