@@ -6,11 +6,12 @@ mod common;
 use std::io::Write;
 
 use common::{Broker, Client};
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse,
-    ResponseHeader,
+    ResponseHeader, TopicName,
 };
-use kafka_protocol::protocol::Decodable;
+use kafka_protocol::protocol::{Decodable, StrBytes};
 use shards::log::record_batch::{RecordBatchBuilder, CRC_OFFSET};
 
 fn still_served(client: &mut Client) {
@@ -190,6 +191,33 @@ fn requests_arriving_in_pieces_are_read_whole() {
     assert_eq!(header.correlation_id, 1);
     let metadata = MetadataResponse::decode(&mut response, 12).unwrap();
     assert_eq!(metadata.brokers.len(), 1);
+
+    // The broker waits for the rest of a frame at once (a low-water mark on
+    // the socket); the smaller request that follows is still read.
+    let topics = (0..200)
+        .map(|i| {
+            MetadataRequestTopic::default().with_name(Some(TopicName(StrBytes::from_string(
+                format!("no-such-topic-{i:04}"),
+            ))))
+        })
+        .collect();
+    let request = MetadataRequest::default()
+        .with_topics(Some(topics))
+        .with_allow_auto_topic_creation(false);
+    let frame = slow.request_frame(ApiKey::Metadata, 12, &request);
+    let (first, rest) = frame.split_at(frame.len() / 4);
+    slow.stream.write_all(first).unwrap();
+    slow.stream.flush().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    slow.stream.write_all(rest).unwrap();
+    let mut response = slow.read_frame().expect("answered");
+    let header =
+        ResponseHeader::decode(&mut response, ApiKey::Metadata.response_header_version(12))
+            .unwrap();
+    assert_eq!(header.correlation_id, 2);
+    let metadata = MetadataResponse::decode(&mut response, 12).unwrap();
+    assert_eq!(metadata.topics.len(), 200);
+    still_served(&mut slow);
 
     let mut cut = Client::connect(&broker.address());
     let frame = cut.request_frame(ApiKey::Metadata, 12, &MetadataRequest::default());
