@@ -170,6 +170,16 @@ fn idle_connections_are_closed_after_connections_max_idle_ms() {
     still_served(&mut fresh);
 }
 
+/// The answer to a Metadata v12 request sent by hand, with its correlation id.
+fn read_metadata_response(client: &mut Client, correlation_id: i32) -> MetadataResponse {
+    let mut response = client.read_frame().expect("answered");
+    let header =
+        ResponseHeader::decode(&mut response, ApiKey::Metadata.response_header_version(12))
+            .unwrap();
+    assert_eq!(header.correlation_id, correlation_id);
+    MetadataResponse::decode(&mut response, 12).unwrap()
+}
+
 /// A request that arrives a few bytes at a time is read whole and answered;
 /// one whose sender hangs up halfway costs only its connection.
 #[test]
@@ -184,12 +194,7 @@ fn requests_arriving_in_pieces_are_read_whole() {
         std::thread::sleep(std::time::Duration::from_millis(20));
         still_served(&mut good);
     }
-    let mut response = slow.read_frame().expect("answered");
-    let header =
-        ResponseHeader::decode(&mut response, ApiKey::Metadata.response_header_version(12))
-            .unwrap();
-    assert_eq!(header.correlation_id, 1);
-    let metadata = MetadataResponse::decode(&mut response, 12).unwrap();
+    let metadata = read_metadata_response(&mut slow, 1);
     assert_eq!(metadata.brokers.len(), 1);
 
     // The broker waits for the rest of a frame at once (a low-water mark on
@@ -210,12 +215,7 @@ fn requests_arriving_in_pieces_are_read_whole() {
     slow.stream.flush().unwrap();
     std::thread::sleep(std::time::Duration::from_millis(100));
     slow.stream.write_all(rest).unwrap();
-    let mut response = slow.read_frame().expect("answered");
-    let header =
-        ResponseHeader::decode(&mut response, ApiKey::Metadata.response_header_version(12))
-            .unwrap();
-    assert_eq!(header.correlation_id, 2);
-    let metadata = MetadataResponse::decode(&mut response, 12).unwrap();
+    let metadata = read_metadata_response(&mut slow, 2);
     assert_eq!(metadata.topics.len(), 200);
     still_served(&mut slow);
 

@@ -777,6 +777,27 @@ fn deleted_files_keep_their_blocks_past_the_last_use() {
     });
 }
 
+/// The hold is the topic's `file.delete.delay.ms`.
+#[test]
+fn deleted_files_are_let_go_after_file_delete_delay_ms() {
+    let dir = tempfile::tempdir().unwrap();
+    run(async {
+        let log = log_past_retention_bytes(dir.path()).await;
+        let mut config = (*log.config()).clone();
+        config.set("file.delete.delay.ms", "300").unwrap();
+        log.update_config(std::rc::Rc::new(config));
+        log.set_high_watermark(log.log_end_offset());
+        let deleted = log.delete_retained_segments(2_000).await.unwrap();
+        assert!(deleted > 0);
+        glommio::timer::sleep(std::time::Duration::from_millis(20)).await;
+        assert_eq!(open_deleted_files(log.dir()).len(), 3 * deleted);
+        eventually("the deleted files let go", || {
+            open_deleted_files(log.dir()).is_empty()
+        })
+        .await;
+    });
+}
+
 #[test]
 fn a_log_moved_to_another_dir_keeps_its_records_and_takes_appends_there() {
     use shards::log::{LogDirs, LogManager, LogManagerConfig, TopicPartition};

@@ -259,7 +259,10 @@ mod tests {
 
         let overrides = BTreeMap::from([
             ("retention.ms".to_owned(), "1000".to_owned()),
-            ("file.delete.delay.ms".to_owned(), "30000".to_owned()),
+            (
+                "message.downconversion.enable".to_owned(),
+                "false".to_owned(),
+            ),
         ]);
         log_config.set("retention.ms", "1000").unwrap();
         let entries = topic_entries(&overrides, &log_config, &broker, |_| true);
@@ -267,13 +270,13 @@ mod tests {
         assert_eq!(retention.source, ConfigSource::TopicConfig);
         assert_eq!(retention.synonyms[0].value.as_deref(), Some("1000"));
         // A key this broker does not act on is stored and described all the same.
-        let delete_delay = entries
+        let downconversion = entries
             .iter()
-            .find(|e| e.name == "file.delete.delay.ms")
+            .find(|e| e.name == "message.downconversion.enable")
             .unwrap();
         assert_eq!(
-            (delete_delay.value.as_deref(), delete_delay.source),
-            (Some("30000"), ConfigSource::TopicConfig)
+            (downconversion.value.as_deref(), downconversion.source),
+            (Some("false"), ConfigSource::TopicConfig)
         );
         let defaulted = entries
             .iter()

@@ -190,7 +190,10 @@ impl Log {
         drop(cleaned);
         rename_segment_files(&dir, base, CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX).map_err(io)?;
         for segment in group {
-            segment.delete_files().await.map_err(io)?;
+            segment
+                .delete_files(config.file_delete_delay())
+                .await
+                .map_err(io)?;
         }
         rename_segment_files(&dir, base, SWAP_FILE_SUFFIX, "").map_err(io)?;
         let (replacement, _) = LogSegment::open(&dir, base, "", &config, false, now_ms)

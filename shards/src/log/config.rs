@@ -1,6 +1,7 @@
 //! Topic-level log configuration, with Kafka's names and defaults.
 
 use std::fmt;
+use std::time::Duration;
 
 use super::record_batch::CompressionType;
 
@@ -56,6 +57,9 @@ pub struct LogConfig {
     /// one is made in the background once the active one is half way to its
     /// roll (`PreparedSegment`).
     pub preallocate: bool,
+    /// `file.delete.delay.ms`: how long a deleted segment's files keep their
+    /// blocks (`SegmentFile::hold_past_deletion`).
+    pub file_delete_delay_ms: i64,
 }
 
 impl Default for LogConfig {
@@ -88,6 +92,7 @@ impl Default for LogConfig {
             min_insync_replicas: 1,
             unclean_leader_election_enable: false,
             preallocate: false,
+            file_delete_delay_ms: 60_000,
         }
     }
 }
@@ -131,6 +136,7 @@ pub const TOPIC_CONFIG_NAMES: &[&str] = &[
     "min.insync.replicas",
     "unclean.leader.election.enable",
     "preallocate",
+    "file.delete.delay.ms",
 ];
 
 fn parse_number<T: std::str::FromStr + PartialOrd + fmt::Display>(
@@ -286,6 +292,7 @@ impl LogConfig {
                 self.unclean_leader_election_enable = parse_bool(name, value)?
             }
             "preallocate" => self.preallocate = parse_bool(name, value)?,
+            "file.delete.delay.ms" => self.file_delete_delay_ms = parse_number(name, value, 0)?,
             _ => {
                 return Err(ConfigError {
                     name: name.into(),
@@ -340,8 +347,14 @@ impl LogConfig {
             "min.insync.replicas" => self.min_insync_replicas.to_string(),
             "unclean.leader.election.enable" => self.unclean_leader_election_enable.to_string(),
             "preallocate" => self.preallocate.to_string(),
+            "file.delete.delay.ms" => self.file_delete_delay_ms.to_string(),
             _ => return None,
         })
+    }
+
+    /// How long a deleted segment's files are held (`file.delete.delay.ms`).
+    pub fn file_delete_delay(&self) -> Duration {
+        Duration::from_millis(self.file_delete_delay_ms as u64)
     }
 
     /// Entries a full `.index` holds.

@@ -19,10 +19,6 @@ pub(crate) const PAGE_SIZE_BYTES: u64 = 4096;
 /// below the kernel's IOV_MAX.
 const MAX_WRITE_PARTS: usize = 16;
 
-/// How long a deleted file's blocks are held (`hold_past_deletion`): Kafka's
-/// default `file.delete.delay.ms`, by when reads begun before the deletion are
-/// long done.
-const DELETED_FILE_HOLD: Duration = Duration::from_secs(60);
 /// Deleted files a shard holds at once; past it, one is freed by its own
 /// descriptor's close, as if not held.
 const MAX_HELD_DELETED_FILES: usize = 3 * 1024;
@@ -256,19 +252,20 @@ impl SegmentFile {
     }
 
     /// Unlinks the file, its blocks held past the deletion (`hold_past_deletion`).
-    pub async fn remove(&self) -> io::Result<()> {
-        self.hold_past_deletion();
+    pub async fn remove(&self, hold: Duration) -> io::Result<()> {
+        self.hold_past_deletion(hold);
         self.file.remove().await.map_err(to_io)
     }
 
     /// Before the file is unlinked (here or with its directory): a duplicate
-    /// descriptor keeps its blocks for `DELETED_FILE_HOLD`, then is closed on
-    /// the blocking pool. A deleted file's blocks are freed by its last close,
+    /// descriptor keeps its blocks for `hold` (the topic's
+    /// `file.delete.delay.ms`, by when reads begun before the deletion are long
+    /// done), then is closed on the blocking pool. A deleted file's blocks are freed by its last close,
     /// and on ext4 mounted with `discard` that close waits for the disk to
     /// discard them: 20-1000 ms seen per segment, in whichever thread closes.
     /// Held past every other descriptor (the segment's, a fetch's sendfile
     /// range), this one is the last.
-    pub fn hold_past_deletion(&self) {
+    pub fn hold_past_deletion(&self, hold: Duration) {
         if HELD_DELETED_FILES.get() >= MAX_HELD_DELETED_FILES {
             return; // its own descriptor's close frees it, on this thread
         }
@@ -279,7 +276,7 @@ impl SegmentFile {
         };
         HELD_DELETED_FILES.set(HELD_DELETED_FILES.get() + 1);
         glommio::spawn_local(async move {
-            glommio::timer::sleep(DELETED_FILE_HOLD).await;
+            glommio::timer::sleep(hold).await;
             let _ = glommio::executor().spawn_blocking(move || drop(held)).await;
             HELD_DELETED_FILES.set(HELD_DELETED_FILES.get() - 1);
         })

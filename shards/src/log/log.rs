@@ -1092,7 +1092,7 @@ impl Log {
         self.advance_log_start_offset(new_start).await?;
         for segment in &doomed {
             segment
-                .delete_files()
+                .delete_files(self.config().file_delete_delay())
                 .await
                 .map_err(|error| self.health.on_error(error.into()))?;
         }
@@ -1124,7 +1124,7 @@ impl Log {
         };
         for segment in &later {
             segment
-                .delete_files()
+                .delete_files(self.config().file_delete_delay())
                 .await
                 .map_err(|error| self.health.on_error(error.into()))?;
         }
@@ -1172,7 +1172,7 @@ impl Log {
             .collect();
         for segment in &all {
             segment
-                .delete_files()
+                .delete_files(self.config().file_delete_delay())
                 .await
                 .map_err(|error| self.health.on_error(error.into()))?;
         }
@@ -1250,11 +1250,12 @@ impl Log {
     /// Every file of a log whose directory is about to be removed keeps its
     /// blocks past the removal (`SegmentFile::hold_past_deletion`).
     fn hold_files_past_deletion(&self) {
+        let hold = self.config().file_delete_delay();
         for segment in self.segments.borrow().values() {
-            segment.hold_files_past_deletion();
+            segment.hold_files_past_deletion(hold);
         }
         if let NextSegment::Ready(prepared) = &*self.next_segment.borrow() {
-            prepared.hold_files_past_deletion();
+            prepared.hold_files_past_deletion(hold);
         }
     }
 
@@ -1362,7 +1363,7 @@ impl Log {
             .map_err(|error| self.health.on_error(error.into()))?;
         if let NextSegment::Ready(prepared) = self.next_segment.replace(NextSegment::Idle) {
             prepared
-                .remove()
+                .remove(self.config().file_delete_delay())
                 .await
                 .map_err(|error| self.health.on_error(error.into()))?;
         }

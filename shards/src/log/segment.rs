@@ -5,7 +5,7 @@ use std::io;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tracing::warn;
 
@@ -180,17 +180,17 @@ impl PreparedSegment {
     }
 
     /// Removes the files (a log closing with its next segment unused).
-    pub async fn remove(self) -> io::Result<()> {
+    pub async fn remove(self, hold: Duration) -> io::Result<()> {
         for file in [self.log, self.offset_index, self.time_index] {
-            file.remove().await?;
+            file.remove(hold).await?;
         }
         Ok(())
     }
 
     /// See `SegmentFile::hold_past_deletion`; for a log whose directory goes.
-    pub fn hold_files_past_deletion(&self) {
+    pub fn hold_files_past_deletion(&self, hold: Duration) {
         for file in [&self.log, &self.offset_index, &self.time_index] {
-            file.hold_past_deletion();
+            file.hold_past_deletion(hold);
         }
     }
 }
@@ -825,19 +825,19 @@ impl LogSegment {
     }
 
     /// See `SegmentFile::hold_past_deletion`; for a log whose directory goes.
-    pub fn hold_files_past_deletion(&self) {
-        self.log.hold_past_deletion();
-        self.offset_index.borrow().file().hold_past_deletion();
-        self.time_index.borrow().file().hold_past_deletion();
+    pub fn hold_files_past_deletion(&self, hold: Duration) {
+        self.log.hold_past_deletion(hold);
+        self.offset_index.borrow().file().hold_past_deletion(hold);
+        self.time_index.borrow().file().hold_past_deletion(hold);
     }
 
-    /// Deletes the segment's files.
-    pub async fn delete_files(&self) -> io::Result<()> {
-        self.log.remove().await?;
+    /// Deletes the segment's files, held for `hold` past the deletion.
+    pub async fn delete_files(&self, hold: Duration) -> io::Result<()> {
+        self.log.remove(hold).await?;
         let offset_file = self.offset_index.borrow().file().clone();
         let time_file = self.time_index.borrow().file().clone();
         for file in [offset_file, time_file] {
-            match file.remove().await {
+            match file.remove(hold).await {
                 Err(error) if error.kind() != io::ErrorKind::NotFound => return Err(error),
                 _ => {}
             }
