@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use tracing::warn;
 
 use crate::runtime::activity::{self, ActivityKind};
+use crate::runtime::disk_bound;
 
 use super::file::{SegmentFile, PAGE_SIZE_BYTES};
 use super::file_names::{
@@ -144,8 +145,7 @@ impl Writeback {
             };
             self.started_bytes.set(to);
             let started = Instant::now();
-            let _ = glommio::executor()
-                .spawn_blocking(move || range.start_writeback())
+            let _ = disk_bound(glommio::executor().spawn_blocking(move || range.start_writeback()))
                 .await;
             activity::record(ActivityKind::Writeback, started);
         }
@@ -289,7 +289,7 @@ impl LogSegment {
     /// a truncation must not race this one.
     pub async fn trim_preallocated(&self) -> io::Result<()> {
         if self.preallocated.replace(false) {
-            self.log.truncate(self.size_bytes()).await?;
+            disk_bound(self.log.truncate(self.size_bytes())).await?;
         }
         Ok(())
     }

@@ -9,7 +9,9 @@ mod scheduler_slice;
 
 use std::future::Future;
 use std::io;
+use std::rc::Rc;
 
+use glommio::sync::Semaphore;
 use glommio::{
     CpuSet, ExecutorJoinHandle, LocalExecutor, LocalExecutorBuilder, Placement, PoolPlacement,
 };
@@ -29,6 +31,28 @@ pub const DEFAULT_IO_MEMORY_BYTES: usize = 2 * 1024 * 1024;
 /// queued behind another partition's trim held that partition's appends.
 /// They sleep in the kernel, not on the CPU.
 const BLOCKING_THREADS_PER_SHARD: usize = 4;
+
+/// Jobs that wait for the disk (writeback, a trim's freed blocks) a shard runs
+/// on its blocking pool at once: one fewer than its threads, so a short job (a
+/// roll's renames) finds a thread free. Six partitions of one rate roll
+/// together; with every thread in their writebacks and trims, a roll's
+/// renames waited 28 ms and so did that partition's appends.
+const MAX_DISK_BOUND_JOBS: usize = BLOCKING_THREADS_PER_SHARD - 1;
+
+thread_local! {
+    static DISK_BOUND_JOBS: Rc<Semaphore> = Rc::new(Semaphore::new(MAX_DISK_BOUND_JOBS as u64));
+}
+
+/// Awaits `job`, whose blocking-pool work waits for the disk, holding one of
+/// the shard's `MAX_DISK_BOUND_JOBS` places.
+pub async fn disk_bound<T>(job: impl Future<Output = T>) -> T {
+    let places = DISK_BOUND_JOBS.with(Rc::clone);
+    let _place = places
+        .acquire_permit(1)
+        .await
+        .expect("the disk-bound places are never closed");
+    job.await
+}
 
 #[derive(Debug, Clone)]
 pub struct ShardRuntimeConfig {
@@ -341,6 +365,35 @@ mod tests {
         for handle in handles {
             let saw_all = handle.join().unwrap();
             assert!(saw_all.iter().all(|saw| *saw), "{saw_all:?}");
+        }
+    }
+
+    /// Disk-bound jobs leave a thread of the pool free: with more of them
+    /// waiting than the pool has threads, a short job still runs at once.
+    #[test]
+    fn a_short_blocking_job_does_not_wait_behind_disk_bound_ones() {
+        let config = ShardRuntimeConfig {
+            pinned: false,
+            ..ShardRuntimeConfig::for_cores(vec![0])
+        };
+        let handles = spawn_shards::<Counter, _, _, std::time::Duration>(&config, |_| async {
+            let stuck = std::time::Duration::from_secs(3);
+            for _ in 0..BLOCKING_THREADS_PER_SHARD + 1 {
+                glommio::spawn_local(disk_bound(
+                    glommio::executor().spawn_blocking(move || std::thread::sleep(stuck)),
+                ))
+                .detach();
+            }
+            // Every disk-bound job handed to the pool (or waiting for a place).
+            glommio::timer::sleep(std::time::Duration::from_millis(100)).await;
+            let started = std::time::Instant::now();
+            glommio::executor().spawn_blocking(|| ()).await;
+            started.elapsed()
+        })
+        .unwrap();
+        for handle in handles {
+            let waited = handle.join().unwrap();
+            assert!(waited < std::time::Duration::from_secs(1), "{waited:?}");
         }
     }
 
