@@ -527,6 +527,8 @@ pub fn delete_topic(address: &str, topic: &str, broker_dirs: &Path, within: Dura
         );
         std::thread::sleep(Duration::from_millis(200));
     }
+    // Ringbroker's directories go at once, their blocks held for the delay.
+    std::thread::sleep(Duration::from_millis(2 * crate::brokers::DELETE_DELAY_MS));
 }
 
 /// Whether a directory named `<topic>-<partition>...` is within `depth`

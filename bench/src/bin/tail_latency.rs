@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use bench::broker_clocks::{self, Sampler, Scrape, Second};
-use bench::brokers::{self, BrokerKind, BrokerSources, CpuSeconds, RunningBroker};
+use bench::brokers::{self, BrokerKind, BrokerSources, CpuSeconds, RunningBroker, DELETE_DELAY_MS};
 use bench::cluster::{self, Cluster};
 use bench::java_clients;
 use bench::report::{self, format_value, Series};
@@ -867,7 +867,8 @@ fn main() {
     };
     let markdown = format!(
         "# Tail latency, ringbroker vs Apache Kafka, {stamp}\n\n\
-         Same machine, same run, loopback; each broker fresh per topology (Kafka 4 as a single KRaft node, Kafka 3.9.1 in ZooKeeper mode on three brokers; ringbroker with {ringbroker_config}). \
+         Same machine, same run, loopback; each broker fresh per topology (Kafka 4 as a single KRaft node, Kafka 3.9.1 in ZooKeeper mode on three brokers; ringbroker with {ringbroker_config}; \
+         both with log.segment.delete.delay.ms={DELETE_DELAY_MS}, so a run's deleted topic is gone before the next). \
          Kafka's maximum: {}. Each fixed-rate run lasts {} s on its own {PARTITIONS}-partition topic (replication factor 3 and min.insync.replicas=2 on three brokers), 1 KiB values, linger.ms=5, \
          after {WARM_UP_RECORDS_PER_PARTITION} untimed acks=all records per partition. \
          librdkafka's timed producer first sends one untimed empty record to every partition and waits for it (its connections to the leaders are made before the run), \
