@@ -10,6 +10,8 @@ use std::time::Duration;
 
 use glommio::io::{BufferedFile, OpenOptions, ReadResult};
 
+use crate::runtime::disk_bound;
+
 /// cachestat(2) (Linux 6.5), the same number on every architecture; the libc
 /// crate does not name it for x86_64 yet.
 const SYS_CACHESTAT: libc::c_long = 451;
@@ -277,7 +279,7 @@ impl SegmentFile {
         HELD_DELETED_FILES.set(HELD_DELETED_FILES.get() + 1);
         glommio::spawn_local(async move {
             glommio::timer::sleep(hold).await;
-            let _ = glommio::executor().spawn_blocking(move || drop(held)).await;
+            let _ = disk_bound(glommio::executor().spawn_blocking(move || drop(held))).await;
             HELD_DELETED_FILES.set(HELD_DELETED_FILES.get() - 1);
         })
         .detach();

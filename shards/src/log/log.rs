@@ -30,6 +30,7 @@ use super::record_batch::{
 use super::segment::{AppendedBatch, FileSlice, LogSegment, PreparedSegment};
 use super::{LogConfig, LogError, TimestampPolicy, TopicCompression, TopicPartition};
 use crate::runtime::activity::{self, ActivityKind};
+use crate::runtime::disk_bound;
 
 /// Takes a one-permit lock. The semaphores are never closed.
 async fn permit(lock: &Semaphore) -> Permit<'_> {
@@ -1567,7 +1568,7 @@ async fn write_epoch_checkpoint(
         return Ok(());
     }
     let snapshot = cache.borrow().clone();
-    run_blocking(move || snapshot.write()).await
+    disk_bound(run_blocking(move || snapshot.write())).await
 }
 
 /// Copies the regular files of `from` into `to` (created if needed). With

@@ -14,6 +14,7 @@ use super::file_names::{DELETE_DIR_SUFFIX, FUTURE_DIR_SUFFIX, PARTITION_METADATA
 use super::log::sync_copy;
 use super::log_dirs::{LogDirs, PartitionCheckpoint};
 use crate::runtime::activity::{self, ActivityKind};
+use crate::runtime::disk_bound;
 
 use super::{wall_clock_ms, Log, LogConfig, LogError, LogOpenParams, TopicPartition};
 
@@ -194,7 +195,7 @@ impl LogManager {
             destination.with_file_name(format!("{tp}.{:x}{FUTURE_DIR_SUFFIX}", wall_clock_ms()));
         let (from, to) = (log.dir().to_owned(), future.clone());
         let started = std::time::Instant::now();
-        run_blocking(move || sync_copy(&from, &to, false))
+        disk_bound(run_blocking(move || sync_copy(&from, &to, false)))
             .await
             .map_err(|error| health.on_error(error.into()))?;
         let copied = std::time::Instant::now();
@@ -317,7 +318,9 @@ impl LogManager {
                 if m.shard_id == 0 {
                     let dirs = m.dirs.clone();
                     let started = Instant::now();
-                    if let Err(error) = run_blocking(move || dirs.write_checkpoints()).await {
+                    if let Err(error) =
+                        disk_bound(run_blocking(move || dirs.write_checkpoints())).await
+                    {
                         warn!(%error, "writing checkpoints failed");
                     }
                     activity::record(ActivityKind::Checkpoint, started);

@@ -32,8 +32,9 @@ pub const DEFAULT_IO_MEMORY_BYTES: usize = 2 * 1024 * 1024;
 /// They sleep in the kernel, not on the CPU.
 const BLOCKING_THREADS_PER_SHARD: usize = 4;
 
-/// Jobs that wait for the disk (writeback, a trim's freed blocks) a shard runs
-/// on its blocking pool at once: one fewer than its threads, so a short job (a
+/// Jobs that wait for the disk (writeback, freed blocks: a trim's and a deleted
+/// file's last close, checkpoint fsyncs, a log move's copy) a shard runs on its
+/// blocking pool at once: one fewer than its threads, so a short job (a
 /// roll's renames) finds a thread free. Six partitions of one rate roll
 /// together; with every thread in their writebacks and trims, a roll's
 /// renames waited 28 ms and so did that partition's appends.
