@@ -266,7 +266,8 @@ impl SegmentFile {
     /// and on ext4 mounted with `discard` that close waits for the disk to
     /// discard them: 20-1000 ms seen per segment, in whichever thread closes.
     /// Held past every other descriptor (the segment's, a fetch's sendfile
-    /// range), this one is the last.
+    /// range), this one is the last; a hold shorter than those (a small
+    /// `file.delete.delay.ms`) leaves the freeing to the one closed last.
     pub fn hold_past_deletion(&self, hold: Duration) {
         if HELD_DELETED_FILES.get() >= MAX_HELD_DELETED_FILES {
             return; // its own descriptor's close frees it, on this thread

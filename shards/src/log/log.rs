@@ -274,8 +274,8 @@ impl Log {
     ) -> Result<Log, LogError> {
         std::fs::create_dir_all(dir)?;
         complete_interrupted_swaps(dir, &config, now_ms).await?;
-        delete_orphaned_indexes(dir)?;
         let mut base_offsets = Vec::new();
+        let mut indexes = Vec::new();
         for entry in std::fs::read_dir(dir)? {
             let name = entry?.file_name().to_string_lossy().into_owned();
             if let Some(base) = name
@@ -283,9 +283,15 @@ impl Log {
                 .and_then(parse_base_offset)
             {
                 base_offsets.push(base);
+            } else if let Some(base) = [INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX]
+                .iter()
+                .find_map(|suffix| name.strip_suffix(suffix).and_then(parse_base_offset))
+            {
+                indexes.push((base, name));
             }
         }
         base_offsets.sort_unstable();
+        delete_orphaned_indexes(dir, &base_offsets, indexes)?;
         let mut segments = BTreeMap::new();
         let mut epochs_seen = Vec::new();
         let mut next_expected = None;
@@ -1517,20 +1523,19 @@ async fn complete_interrupted_swaps(
     Ok(())
 }
 
-/// Deletes index files whose `.log` is gone, as Kafka's log loader does: a
+/// Deletes the index files (`indexes`: base offset and file name) whose
+/// `.log` is not among `base_offsets` (sorted), as Kafka's log loader does: a
 /// crash between a roll's renames (`LogSegment::from_prepared`) leaves them.
-fn delete_orphaned_indexes(dir: &Path) -> Result<(), LogError> {
-    for entry in std::fs::read_dir(dir)? {
-        let path = entry?.path();
-        let name = path.file_name().unwrap().to_string_lossy().into_owned();
-        let base = [INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX]
-            .iter()
-            .find_map(|suffix| name.strip_suffix(suffix).and_then(parse_base_offset));
-        if let Some(base) = base {
-            if !segment_file_path(dir, base, LOG_FILE_SUFFIX).exists() {
-                warn!(index = %path.display(), "deleting an index without its segment");
-                std::fs::remove_file(&path)?;
-            }
+fn delete_orphaned_indexes(
+    dir: &Path,
+    base_offsets: &[i64],
+    indexes: Vec<(i64, String)>,
+) -> Result<(), LogError> {
+    for (base, name) in indexes {
+        if base_offsets.binary_search(&base).is_err() {
+            let path = dir.join(name);
+            warn!(index = %path.display(), "deleting an index without its segment");
+            std::fs::remove_file(&path)?;
         }
     }
     Ok(())

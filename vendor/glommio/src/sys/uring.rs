@@ -974,6 +974,15 @@ impl SleepableRing {
         }
     }
 
+    /// Submits what is prepared and waits for one completion, or at most
+    /// `timeout`: one `io_uring_enter` either way.
+    fn submit_sqes_and_sleep(&mut self, timeout: Option<Duration>) -> io::Result<u32> {
+        match timeout {
+            Some(timeout) => self.ring.submit_sqes_and_wait_at_most(1, timeout),
+            None => self.ring.submit_sqes_and_wait(1),
+        }
+    }
+
     /// Sleeps until a completion, on this ring or (through `link`, a poll of
     /// its ring fd) on the latency ring, or until `timeout`, the next user
     /// timer, has passed.
@@ -1039,17 +1048,6 @@ impl SleepableRing {
                 .or_else(Reactor::busy_ok)
                 .or_else(Reactor::again_ok)
                 .or_else(Reactor::intr_ok)
-        }
-    }
-}
-
-impl SleepableRing {
-    /// Submits what is prepared and waits for one completion, or at most
-    /// `timeout`: one `io_uring_enter` either way.
-    fn submit_sqes_and_sleep(&mut self, timeout: Option<Duration>) -> io::Result<u32> {
-        match timeout {
-            Some(timeout) => self.ring.submit_sqes_and_wait_at_most(1, timeout),
-            None => self.ring.submit_sqes_and_wait(1),
         }
     }
 }
