@@ -848,3 +848,71 @@ fn a_log_moved_to_another_dir_keeps_its_records_and_takes_appends_there() {
         assert_eq!(info.first_offset, 600);
     });
 }
+
+#[test]
+fn a_log_handed_to_another_shard_keeps_its_records_producers_and_high_watermark() {
+    use shards::log::record_batch::RecordBatchBuilder;
+    use shards::log::{LogDirs, LogManager, LogManagerConfig, TopicPartition};
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let dirs = LogDirs::open(&[dir.path().to_owned()]).unwrap();
+    let mut config = small_segments();
+    config.set("preallocate", "true").unwrap();
+    let config = std::rc::Rc::new(config);
+    // Ten records of producer 7, its sequence starting at `first`.
+    let idempotent = |first: usize| {
+        let mut builder = RecordBatchBuilder::new(0, 5_000);
+        (builder.producer_id, builder.producer_epoch) = (7, 0);
+        builder.base_sequence = first as i32;
+        for i in first..first + 10 {
+            builder.append(5_000, Some(format!("key-{i}").as_bytes()), Some(&[1; 100]));
+        }
+        builder.build()
+    };
+    run(async {
+        let shard = |id| LogManager::new(id, dirs.clone(), LogManagerConfig::default());
+        let (from, to) = (shard(0), shard(1));
+        let tp = TopicPartition::new("t", 0);
+        let topic_id = "AAAAAAAAAAAAAAAAAAAAAA";
+        let log = from
+            .get_or_create_log(&tp, config.clone(), topic_id)
+            .await
+            .unwrap();
+        for i in 0..60 {
+            log.append_as_leader(idempotent(i * 10), 3, 5_000)
+                .await
+                .unwrap();
+        }
+        assert!(log.segment_count() > 2);
+        log.set_high_watermark(550);
+        let before = read_all(&log).await;
+        from.hand_off(&tp).await.unwrap();
+        assert!(from.get_log(&tp).is_none());
+        assert!(
+            log.append_as_leader(idempotent(600), 3, 5_000)
+                .await
+                .is_err(),
+            "the copy handed off takes nothing more"
+        );
+        let taken = to
+            .get_or_create_log(&tp, config.clone(), topic_id)
+            .await
+            .unwrap();
+        assert_eq!(read_all(&taken).await, before);
+        assert_eq!((taken.high_watermark(), taken.log_end_offset()), (550, 600));
+        // The producer's retry of its last batch is known there.
+        let retried = taken
+            .append_as_leader(idempotent(590), 3, 5_000)
+            .await
+            .unwrap();
+        assert_eq!((retried.first_offset, taken.log_end_offset()), (590, 600));
+        let next = taken
+            .append_as_leader(idempotent(600), 3, 5_000)
+            .await
+            .unwrap();
+        assert_eq!(next.first_offset, 600);
+        // Handed back, it is the same log again.
+        to.hand_off(&tp).await.unwrap();
+        let back = from.get_or_create_log(&tp, config, topic_id).await.unwrap();
+        assert_eq!(back.log_end_offset(), 610);
+    });
+}

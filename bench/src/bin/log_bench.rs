@@ -60,6 +60,7 @@ async fn open_log(dir: &Path) -> Log {
         log_start_offset: None,
         health: LogDirHealth::new(dir),
         now_ms: 1_700_000_000_000,
+        producers: None,
     })
     .await
     .expect("open log")

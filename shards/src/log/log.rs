@@ -21,7 +21,7 @@ use super::file_names::{
     TIME_INDEX_FILE_SUFFIX,
 };
 use super::leader_epoch::LeaderEpochFileCache;
-use super::log_dirs::LogDirHealth;
+use super::log_dirs::{LogDirHealth, PartitionCheckpoint};
 use super::producer_state::{ProducerStateManager, SequenceCheck};
 use super::record_batch::{
     stamp_batch, validate_batch, validate_produced_batch, AppendStamp, BatchIter,
@@ -118,7 +118,8 @@ fn wake(watches: &RefCell<Vec<Rc<FetchWatch>>>) {
 struct EpochCheckpoint {
     lock: Semaphore,
     in_background: Cell<u32>,
-    /// The log is being deleted: its directory is no place to write.
+    /// The log is being deleted, or was handed to another shard: no
+    /// checkpoint of this copy's is written.
     deleted: Cell<bool>,
 }
 
@@ -188,6 +189,18 @@ pub struct LogOpenParams {
     pub log_start_offset: Option<i64>,
     pub health: LogDirHealth,
     pub now_ms: i64,
+    /// A handed-over log's idempotent producers (`Log::hand_off`); None
+    /// rebuilds them from the batches.
+    pub producers: Option<ProducerStateManager>,
+}
+
+/// A log one shard took out of service for another shard of this broker to
+/// open (`Log::hand_off`): where it stands, and its idempotent producers,
+/// which the files give only after a scan of every batch.
+#[derive(Debug)]
+pub struct LogHandoff {
+    pub checkpoint: PartitionCheckpoint,
+    pub producers: ProducerStateManager,
 }
 
 pub struct Log {
@@ -208,7 +221,8 @@ pub struct Log {
     /// The recovery point and what guards it, shared with the background flush
     /// of rolled segments.
     flush_state: Rc<FlushState>,
-    /// Set once the partition is being deleted; every later operation refuses.
+    /// Set once the partition is being deleted (or moved away: another dir,
+    /// another shard); every later operation refuses.
     deleted: Cell<bool>,
     unflushed_messages: Cell<i64>,
     last_flush_ms: Cell<i64>,
@@ -243,6 +257,7 @@ impl Log {
             log_start_offset,
             health,
             now_ms,
+            producers,
         } = params;
         health.check()?;
         let result = Self::load(
@@ -255,6 +270,7 @@ impl Log {
             log_start_offset,
             health.clone(),
             now_ms,
+            producers,
         )
         .await;
         result.map_err(|error| health.on_error(error))
@@ -271,6 +287,7 @@ impl Log {
         checkpointed_log_start_offset: Option<i64>,
         health: LogDirHealth,
         now_ms: i64,
+        producers: Option<ProducerStateManager>,
     ) -> Result<Log, LogError> {
         std::fs::create_dir_all(dir)?;
         complete_interrupted_swaps(dir, &config, now_ms).await?;
@@ -384,7 +401,10 @@ impl Log {
             append_lock: Semaphore::new(1),
             maintenance_lock: Semaphore::new(1),
         };
-        log.rebuild_producer_state().await?;
+        match producers {
+            Some(producers) => *log.producer_state.borrow_mut() = producers,
+            None => log.rebuild_producer_state().await?,
+        }
         info!(
             partition = %log.topic_partition,
             log_start_offset, log_end_offset, segments = log.segments.borrow().len(),
@@ -1359,6 +1379,46 @@ impl Log {
                 .set(checkpoint.in_background.get() - 1);
         })
         .detach();
+    }
+
+    /// Takes the log out of this shard's service for another shard of the
+    /// broker to open at once (a shard move): waits for in-flight appends
+    /// and background work, refuses everything after, and leaves the files
+    /// as a trusted open reads them (every index entry written, no next
+    /// segment half made). Nothing is flushed: the
+    /// page cache is the process's, and the recovery point stays what was.
+    pub async fn hand_off(&self) -> Result<LogHandoff, LogError> {
+        let _exclusive = self.exclusive().await;
+        self.check_not_deleted()?;
+        if self.epoch_checkpoint.in_background.get() > 0 {
+            self.write_leader_epoch_checkpoint().await?;
+        }
+        let _no_epoch_write = permit(&self.epoch_checkpoint.lock).await;
+        while matches!(*self.next_segment.borrow(), NextSegment::Preparing) {
+            glommio::timer::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        if let NextSegment::Ready(prepared) = self.next_segment.replace(NextSegment::Idle) {
+            prepared
+                .remove(self.config().file_delete_delay())
+                .await
+                .map_err(|error| self.health.on_error(error.into()))?;
+        }
+        // Preallocated blocks stay: the next shard would allocate them again.
+        self.active_segment()
+            .write_pending_index_entries()
+            .map_err(|error| self.health.on_error(error.into()))?;
+        self.epoch_checkpoint.deleted.set(true);
+        self.deleted.set(true);
+        self.wake_all_watches();
+        Ok(LogHandoff {
+            checkpoint: PartitionCheckpoint {
+                recovery_point: self.recovery_point(),
+                high_watermark: Some(self.high_watermark()),
+                log_start_offset: self.log_start_offset_checkpoint(),
+                first_dirty_offset: Some(self.first_dirty_offset()),
+            },
+            producers: std::mem::take(&mut *self.producer_state.borrow_mut()),
+        })
     }
 
     /// Flushes everything and leaves files ready for a clean restart.

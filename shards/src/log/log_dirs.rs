@@ -22,7 +22,7 @@ use super::file_names::{
     CLEANER_CHECKPOINT_FILE, CLEAN_SHUTDOWN_FILE, DELETE_DIR_SUFFIX, FUTURE_DIR_SUFFIX, LOCK_FILE,
     LOG_START_OFFSET_CHECKPOINT_FILE, RECOVERY_POINT_CHECKPOINT_FILE, REPLICATION_CHECKPOINT_FILE,
 };
-use super::{LogError, TopicPartition};
+use super::{LogError, LogHandoff, TopicPartition};
 
 /// One log directory's health, shared by every log in it. The first I/O error
 /// takes the whole directory offline, as in Kafka; its partitions then answer
@@ -125,6 +125,9 @@ pub struct LogDirs {
     state: Mutex<Vec<DirState>>,
     /// The directories that went offline, in order, until taken.
     failures: Mutex<Option<mpsc::Receiver<PathBuf>>>,
+    /// Logs one shard handed off (`LogManager::hand_off`) for the shard
+    /// the partition moves to.
+    handoffs: Mutex<BTreeMap<TopicPartition, LogHandoff>>,
 }
 
 /// Why the broker cannot start on its `log.dirs`.
@@ -217,6 +220,7 @@ impl LogDirs {
             dirs,
             state: Mutex::new(states),
             failures: Mutex::new(Some(failed)),
+            handoffs: Mutex::default(),
         }))
     }
 
@@ -358,6 +362,18 @@ impl LogDirs {
         }
     }
 
+    pub fn hand_over(&self, tp: TopicPartition, handoff: LogHandoff) {
+        let displaced = self.handoffs.lock().unwrap().insert(tp, handoff);
+        assert!(
+            displaced.is_none(),
+            "a log is handed off once before it is taken"
+        );
+    }
+
+    pub fn take_handoff(&self, tp: &TopicPartition) -> Option<LogHandoff> {
+        self.handoffs.lock().unwrap().remove(tp)
+    }
+
     /// The partition now lives in directory `dir`, at `checkpoint`.
     pub fn move_to(&self, tp: &TopicPartition, dir: usize, checkpoint: PartitionCheckpoint) {
         let mut state = self.state.lock().unwrap();
@@ -368,6 +384,7 @@ impl LogDirs {
     }
 
     pub fn remove(&self, tp: &TopicPartition) {
+        self.handoffs.lock().unwrap().remove(tp);
         let mut state = self.state.lock().unwrap();
         for s in state.iter_mut() {
             s.partitions.remove(tp);
@@ -432,8 +449,13 @@ impl LogDirs {
     }
 
     /// Leaves the marker that lets the next start skip recovery. Only after every
-    /// log is flushed and the checkpoints are written.
+    /// log is flushed and the checkpoints are written; none while a log handed
+    /// off between shards (never flushed by its old shard) is in nobody's hands.
     pub fn mark_clean_shutdown(&self) -> io::Result<()> {
+        if !self.handoffs.lock().unwrap().is_empty() {
+            warn!("a partition was moving between shards; the next start recovers");
+            return Ok(());
+        }
         for dir in &self.dirs {
             if !dir.health.is_offline() {
                 std::fs::write(dir.health.path().join(CLEAN_SHUTDOWN_FILE), b"")?;

@@ -16,7 +16,7 @@ use super::log_dirs::{LogDirs, PartitionCheckpoint};
 use crate::runtime::activity::{self, ActivityKind};
 use crate::runtime::disk_bound;
 
-use super::{wall_clock_ms, Log, LogConfig, LogError, LogOpenParams, TopicPartition};
+use super::{wall_clock_ms, Log, LogConfig, LogError, LogHandoff, LogOpenParams, TopicPartition};
 
 type PeriodicWork = std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>;
 
@@ -119,17 +119,27 @@ impl LogManager {
             .map_err(|error| health.on_error(error.into()))?;
             self.dirs.update(tp, PartitionCheckpoint::default());
         }
-        let checkpoint = self.dirs.find(tp).map(|(_, c)| c).unwrap_or_default();
+        // Handed over by another shard: its files are as that shard left
+        // them a moment ago, trusted as after a clean shutdown.
+        let handoff = self.dirs.take_handoff(tp);
+        let (checkpoint, producers) = match handoff {
+            Some(LogHandoff {
+                checkpoint,
+                producers,
+            }) => (checkpoint, Some(producers)),
+            None => (self.dirs.find(tp).map(|(_, c)| c).unwrap_or_default(), None),
+        };
         let log = Log::open(LogOpenParams {
             dir: partition_dir,
             topic_partition: tp.clone(),
             config: log_config,
             recovery_point: checkpoint.recovery_point,
-            had_clean_shutdown: self.dirs.dirs()[dir].had_clean_shutdown,
+            had_clean_shutdown: self.dirs.dirs()[dir].had_clean_shutdown || producers.is_some(),
             high_watermark: checkpoint.high_watermark,
             log_start_offset: checkpoint.log_start_offset,
             health,
             now_ms: wall_clock_ms(),
+            producers,
         })
         .await?;
         if let Some(first_dirty) = checkpoint.first_dirty_offset {
@@ -174,6 +184,20 @@ impl LogManager {
         run_blocking(move || std::fs::remove_dir_all(doomed))
             .await
             .map_err(|error| health.on_error(error.into()))
+    }
+
+    /// Takes the partition's log out of this shard for another shard of the
+    /// broker to open (`get_or_create_log` there takes it up where this one
+    /// left it). Its directory and checkpoint stay.
+    pub async fn hand_off(&self, tp: &TopicPartition) -> Result<(), LogError> {
+        let log = self
+            .get_log(tp)
+            .ok_or_else(|| LogError::KafkaStorage(format!("no log of {tp} here")))?;
+        let handoff = log.hand_off().await?;
+        self.logs.borrow_mut().remove(tp);
+        self.dirs.update(tp, handoff.checkpoint);
+        self.dirs.hand_over(tp.clone(), handoff);
+        Ok(())
     }
 
     /// Kafka's AlterReplicaLogDirs, as a copy: the partition's files go to
@@ -222,6 +246,7 @@ impl LogManager {
             log_start_offset,
             health: health.clone(),
             now_ms: wall_clock_ms(),
+            producers: None,
         })
         .await?;
         moved.set_first_dirty_offset(first_dirty_offset);

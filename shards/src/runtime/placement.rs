@@ -91,20 +91,42 @@ impl ShardPlacement {
             })
             .collect();
         if changed {
-            self.persist(&table)?;
+            self.persist_table(&table)?;
         }
         Ok(shards)
+    }
+
+    /// Places an already placed partition on `shard` (a shard move). Not
+    /// persisted: `persist` follows once the move is served, and a restart
+    /// before it only starts the partition on its old shard.
+    pub fn move_to(&self, tp: &TopicPartition, shard: usize) -> io::Result<()> {
+        assert!(shard < self.nr_shards);
+        match self.table.lock().unwrap().get_mut(tp) {
+            Some(placed) => {
+                *placed = shard;
+                Ok(())
+            }
+            None => Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("{tp} is not placed"),
+            )),
+        }
+    }
+
+    /// Writes the table as it is.
+    pub fn persist(&self) -> io::Result<()> {
+        self.persist_table(&self.table.lock().unwrap())
     }
 
     pub fn remove(&self, tp: &TopicPartition) -> io::Result<()> {
         let mut table = self.table.lock().unwrap();
         if table.remove(tp).is_some() {
-            self.persist(&table)?;
+            self.persist_table(&table)?;
         }
         Ok(())
     }
 
-    fn persist(&self, table: &BTreeMap<TopicPartition, usize>) -> io::Result<()> {
+    fn persist_table(&self, table: &BTreeMap<TopicPartition, usize>) -> io::Result<()> {
         let lines: Vec<String> = table
             .iter()
             .map(|(tp, shard)| format!("{} {} {shard}", tp.topic, tp.partition))
@@ -151,5 +173,22 @@ mod tests {
         let shrunk = ShardPlacement::load(&dirs, 2).unwrap();
         assert_eq!(shrunk.shard_of(&TopicPartition::new("t", 2)), None);
         assert_eq!(shrunk.shard_of(&TopicPartition::new("t", 3)), Some(0));
+    }
+
+    #[test]
+    fn a_moved_partition_stays_moved_across_restarts() {
+        let dir = tempfile::tempdir().unwrap();
+        let dirs = vec![dir.path().to_owned()];
+        let placement = ShardPlacement::load(&dirs, 2).unwrap();
+        let tp = TopicPartition::new("t", 0);
+        assert_eq!(placement.assign(&tp).unwrap(), 0);
+        placement.move_to(&tp, 1).unwrap();
+        assert_eq!(placement.shard_of(&tp), Some(1));
+        placement.persist().unwrap();
+        let unplaced = TopicPartition::new("t", 1);
+        assert!(placement.move_to(&unplaced, 1).is_err());
+        assert_eq!(placement.shard_of(&unplaced), None);
+        let reloaded = ShardPlacement::load(&dirs, 2).unwrap();
+        assert_eq!(reloaded.shard_of(&tp), Some(1));
     }
 }
