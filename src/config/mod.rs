@@ -57,6 +57,7 @@ const BROKER_KEYS: &[&str] = &[
     "ringbroker.cores",
     "ringbroker.cores.pinned",
     "ringbroker.cores.slice.us",
+    "ringbroker.shard.balance.interval.ms",
     "ringbroker.metrics.port",
     "zookeeper.connect",
     "zookeeper.session.timeout.ms",
@@ -155,9 +156,18 @@ pub struct BrokerConfig {
     /// `ringbroker.cores.slice.us`: the kernel's time slice for each shard's
     /// thread; None (0) leaves the kernel's default.
     pub cores_slice_us: Option<u32>,
+    /// `ringbroker.shard.balance.interval.ms`: how often the shard balancer
+    /// looks where partitions' requests arrive and how busy shards are; 0
+    /// never moves a partition off the shard it was placed on.
+    pub shard_balance_interval_ms: u64,
     pub log_defaults: LogConfig,
     pub log_manager: LogManagerConfig,
 }
+
+/// `ringbroker.shard.balance.interval.ms`' default: a partition follows its
+/// requests within seconds of a change in load, and a round costs a few
+/// hops.
+const DEFAULT_SHARD_BALANCE_INTERVAL_MS: u64 = 10_000;
 
 #[derive(Debug)]
 pub struct ConfigError(pub String);
@@ -525,6 +535,10 @@ impl BrokerConfig {
                     )))
                 }
             },
+            shard_balance_interval_ms: number(
+                "ringbroker.shard.balance.interval.ms",
+                DEFAULT_SHARD_BALANCE_INTERVAL_MS,
+            )?,
             log_defaults,
             log_manager,
         })

@@ -21,5 +21,5 @@ mod shared_offsets;
 pub use partition::{
     AppendError, AppendResult, AppendTiming, OffsetAndEpoch, Partition, PartitionFetch, ReadResult,
 };
-pub use replica_manager::ReplicaManager;
+pub use replica_manager::{Handoff, ReplicaManager};
 pub use shared_offsets::SharedPartitionOffsets;

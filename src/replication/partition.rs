@@ -34,6 +34,29 @@ pub struct Partition {
     /// where the ISR is the one broker.
     alter_partition_manager: Option<Rc<AlterPartitionManager>>,
     isr_changes: Rc<IsrChangeCounts>,
+    /// Produces appending or waiting for acks, and every request's work on
+    /// the partition (produces included): a shard move waits for them.
+    produces_in_flight: Rc<Cell<usize>>,
+    requests_in_flight: Rc<Cell<usize>>,
+    /// Requests for the partition by the shard they arrived on, since the
+    /// shard balancer last took them.
+    requests_by_shard: RefCell<Vec<u64>>,
+}
+
+/// A request's work on a partition, counted until it is done.
+pub struct InFlight(Rc<Cell<usize>>);
+
+impl InFlight {
+    fn new(count: &Rc<Cell<usize>>) -> Self {
+        count.set(count.get() + 1);
+        Self(count.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.set(self.0.get() - 1);
+    }
 }
 
 /// The ISR changes the controller committed for a shard's partitions
@@ -184,7 +207,42 @@ impl Partition {
             config,
             alter_partition_manager,
             isr_changes,
+            produces_in_flight: Rc::default(),
+            requests_in_flight: Rc::default(),
+            requests_by_shard: RefCell::default(),
         }
+    }
+
+    /// Counts a produce in flight until the guard goes.
+    pub fn produce_in_flight(&self) -> InFlight {
+        InFlight::new(&self.produces_in_flight)
+    }
+
+    pub fn produces_in_flight(&self) -> usize {
+        self.produces_in_flight.get()
+    }
+
+    /// Counts a request's work on the partition until the guard goes.
+    pub fn request_in_flight(&self) -> InFlight {
+        InFlight::new(&self.requests_in_flight)
+    }
+
+    pub fn requests_in_flight(&self) -> usize {
+        self.requests_in_flight.get()
+    }
+
+    /// A request for this partition that arrived on shard `shard`.
+    pub fn count_request_from(&self, shard: usize) {
+        let mut counts = self.requests_by_shard.borrow_mut();
+        if counts.len() <= shard {
+            counts.resize(shard + 1, 0);
+        }
+        counts[shard] += 1;
+    }
+
+    /// The requests counted since the last call, by the shard they arrived on.
+    pub fn take_request_counts(&self) -> Vec<u64> {
+        std::mem::take(&mut *self.requests_by_shard.borrow_mut())
     }
 
     pub fn log(&self) -> &Rc<Log> {

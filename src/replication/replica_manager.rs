@@ -48,7 +48,29 @@ pub struct ReplicaManager {
     next_parked_fetch: Cell<u64>,
     /// Every shard's partitions' high watermarks, this shard's published here.
     pub shared_offsets: Arc<SharedPartitionOffsets>,
+    /// Partitions leaving this shard for another (a shard move), until an
+    /// image places them elsewhere.
+    handoffs: RefCell<HashMap<TopicPartition, Handoff>>,
 }
+
+/// Where a partition leaving this shard stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handoff {
+    /// New produces wait; those in flight finish here (acks=all ones with
+    /// the followers' fetches, which are still served).
+    Draining,
+    /// Every new request waits; those in flight finish here.
+    Closing,
+    /// Out of this shard: its log is in the broker's hands for the next.
+    HandedOff,
+}
+
+/// How many of a partition's requests (of some kind) are in flight.
+type InFlightCount = fn(&Partition) -> usize;
+
+/// How long a partition leaving this shard waits for each of its drains
+/// before the move is given up.
+const HANDOFF_DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// A fetch parked on this shard's partitions: its watch registered with them
 /// and in `ReplicaManager::parked_fetches`, until dropped.
@@ -129,6 +151,7 @@ impl ReplicaManager {
             parked_fetches: RefCell::new(HashMap::new()),
             next_parked_fetch: Cell::new(0),
             shared_offsets,
+            handoffs: RefCell::new(HashMap::new()),
         }
     }
 
@@ -180,11 +203,25 @@ impl ReplicaManager {
         if let Some(manager) = &self.alter_partition_manager {
             manager.set_image(image.clone());
         }
+        let handed_off: Vec<TopicPartition> = self.handoffs.borrow().keys().cloned().collect();
+        for tp in handed_off {
+            let placed = image.local_replica(&tp.topic, tp.partition);
+            if placed.is_some_and(|replica| replica.shard == self.shard_id) {
+                continue; // still leaving: the move has not placed it yet
+            }
+            self.handoffs.borrow_mut().remove(&tp);
+            if placed.is_none() && image.complete {
+                self.delete_log(&tp).await; // its topic went while it moved
+            }
+        }
         for (topic, partition, replica) in image.local_replicas() {
             if replica.shard != self.shard_id {
                 continue;
             }
             let tp = &TopicPartition::new(topic, partition);
+            if self.handoffs.borrow().contains_key(tp) {
+                continue;
+            }
             let config = Rc::new((*replica.log_config).clone());
             let log = match self.log_manager.get_log(tp) {
                 Some(log) => {
@@ -290,6 +327,76 @@ impl ReplicaManager {
         }
     }
 
+    /// Where `tp` stands if it is leaving this shard.
+    pub fn handoff(&self, tp: &TopicPartition) -> Option<Handoff> {
+        let handoffs = self.handoffs.borrow();
+        if handoffs.is_empty() {
+            return None; // every request asks: no hashing while nothing moves
+        }
+        handoffs.get(tp).copied()
+    }
+
+    /// Takes a partition this shard leads out of it for another shard of
+    /// the broker: new produces wait while those in flight finish, then
+    /// every new request waits while those in flight finish (each drain at
+    /// most `HANDOFF_DRAIN_TIMEOUT`, or the move is given up), then the
+    /// partition stops here and its log is handed off. The partition serves
+    /// nowhere until an image places it on its next shard.
+    pub async fn hand_off(&self, tp: &TopicPartition) -> Result<(), ResponseError> {
+        let partition = self.leader_partition(tp)?;
+        let displaced = self
+            .handoffs
+            .borrow_mut()
+            .insert(tp.clone(), Handoff::Draining);
+        assert!(displaced.is_none(), "one move of a partition at a time");
+        let drains = [
+            (
+                Handoff::Draining,
+                Partition::produces_in_flight as InFlightCount,
+            ),
+            (Handoff::Closing, Partition::requests_in_flight),
+        ];
+        for (stage, in_flight) in drains {
+            self.handoffs.borrow_mut().insert(tp.clone(), stage);
+            let deadline = Instant::now() + HANDOFF_DRAIN_TIMEOUT;
+            while in_flight(&partition) > 0 {
+                if Instant::now() >= deadline {
+                    self.handoffs.borrow_mut().remove(tp);
+                    return Err(ResponseError::RequestTimedOut);
+                }
+                glommio::timer::sleep(Duration::from_millis(1)).await;
+            }
+        }
+        self.handoffs
+            .borrow_mut()
+            .insert(tp.clone(), Handoff::HandedOff);
+        self.stop_replica(tp);
+        if let Err(error) = self.log_manager.hand_off(tp).await {
+            warn!(partition = %tp, %error, "cannot hand the log off");
+            self.handoffs.borrow_mut().remove(tp);
+            return Err(error.response_error());
+        }
+        Ok(())
+    }
+
+    /// A hand-off whose move did not happen: the partition is this shard's
+    /// again once the image is applied again.
+    pub fn forget_handoff(&self, tp: &TopicPartition) {
+        self.handoffs.borrow_mut().remove(tp);
+    }
+
+    /// Each partition this shard leads (but `__consumer_offsets`', whose
+    /// groups live with them), with its requests since the last call by the
+    /// shard they arrived on.
+    pub fn take_request_counts(&self, excluded_topic: &str) -> Vec<(TopicPartition, Vec<u64>)> {
+        self.partitions
+            .borrow()
+            .iter()
+            .filter(|(tp, partition)| tp.topic != excluded_topic && partition.is_leader())
+            .map(|(tp, partition)| (tp.clone(), partition.take_request_counts()))
+            .collect()
+    }
+
     fn stop_replica(&self, tp: &TopicPartition) {
         self.fetchers.remove_partition(tp);
         if let Some(partition) = self.partitions.borrow_mut().remove(tp) {
@@ -375,10 +482,16 @@ impl ReplicaManager {
         watched: WatchedOffset,
         deadline: Instant,
     ) -> bool {
-        let watched_partitions: Vec<_> = seen
+        // A partition no longer here (gone, or moved to another shard)
+        // completes the fetch at once, as Kafka's DelayedFetch does for a
+        // partition this broker stopped leading: its read says where it is.
+        let Ok(watched_partitions) = seen
             .iter()
-            .filter_map(|(tp, seen)| Some((self.online_partition(tp).ok()?, *seen)))
-            .collect();
+            .map(|(tp, seen)| Ok((self.online_partition(tp)?, *seen)))
+            .collect::<Result<Vec<_>, ResponseError>>()
+        else {
+            return true;
+        };
         if watched_partitions.iter().any(|(partition, seen)| {
             partition.log().watched_offset(watched) != *seen || partition.is_deleted()
         }) {

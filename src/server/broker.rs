@@ -8,7 +8,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_lite::future::or;
@@ -22,6 +22,7 @@ use shards::runtime::{Delivery, ShardMesh};
 use super::control::ControlClient;
 use super::fetch_session::FetchSessionCache;
 use super::producer_id_manager::ProducerIdManager;
+use super::shard_balancer::ShardTraffic;
 use crate::config::BrokerConfig;
 use crate::coordinator::group::{partition_for, GroupCoordinator, GROUP_METADATA_TOPIC_NAME};
 use crate::metadata::image::MetadataImage;
@@ -31,13 +32,40 @@ use crate::metrics::{ControllerGauges, LogGauges, MetricsSnapshot, ShardMetrics}
 use crate::protocol::ResponseError;
 use crate::replication::quota::ReplicationQuotas;
 use crate::replication::{
-    AppendError, AppendResult, AppendTiming, OffsetAndEpoch, Partition, PartitionFetch, ReadResult,
-    ReplicaManager, SharedPartitionOffsets,
+    AppendError, AppendResult, AppendTiming, Handoff, OffsetAndEpoch, Partition, PartitionFetch,
+    ReadResult, ReplicaManager, SharedPartitionOffsets,
 };
 
 /// The partitions a parked fetch's waking shard read again, by their index in
 /// the fetch's `seen`.
 pub type WokenReads = Vec<(usize, ReadResult)>;
+
+/// The CPU time of the calling thread (a shard's, user and kernel).
+fn thread_cpu_time() -> Duration {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid timespec for the call to fill.
+    let result = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
+    assert_eq!(result, 0, "every Linux thread has a CPU clock");
+    Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
+}
+
+/// How many shards a partition's work is sent to before it is answered
+/// NOT_LEADER_OR_FOLLOWER: a partition moves once a balancing round.
+const MAX_ROUTES_PER_PARTITION: usize = 3;
+
+/// How long work sent back by a partition's old shard waits for this
+/// shard's image to say where the partition went.
+const MOVED_PARTITION_WAIT: Duration = Duration::from_secs(5);
+
+/// A partition's work on the shard it was sent to: done there, or sent back
+/// because the partition moved to another shard.
+enum Routed<T, F> {
+    Done(Result<T, ResponseError>),
+    Moved(TopicPartition, F),
+}
 
 pub struct ShardBroker {
     pub shard_id: usize,
@@ -288,6 +316,71 @@ impl ShardBroker {
             .map_err(|_| ResponseError::NotCoordinator)
     }
 
+    /// Whether `tp` is leaving this shard for another (`ShardBalancer`):
+    /// work for it goes back to the shard that sent it. A request the
+    /// hand-off holds (`Handoff`) waits for it to end, either way.
+    async fn leaving(&self, tp: &TopicPartition, api: ApiKey) -> bool {
+        loop {
+            match self.replica_manager.handoff(tp) {
+                None => return false,
+                Some(Handoff::HandedOff) => return true,
+                Some(Handoff::Draining) if api != ApiKey::Produce => return false,
+                Some(Handoff::Draining | Handoff::Closing) => {
+                    glommio::timer::sleep(Duration::from_millis(1)).await
+                }
+            }
+        }
+    }
+
+    /// `hosted_partition`, after the image being applied here, if one is:
+    /// the image a shard takes a moved partition with says it is here
+    /// before the partition's log is open.
+    async fn arrived_partition(
+        &self,
+        tp: &TopicPartition,
+        leader_only: bool,
+    ) -> Result<Rc<Partition>, ResponseError> {
+        match self.hosted_partition(tp, leader_only) {
+            Err(_) if self.applying_image.available() == 0 => {
+                drop(
+                    self.applying_image
+                        .acquire_permit(1)
+                        .await
+                        .expect("never closed"),
+                );
+                self.hosted_partition(tp, leader_only)
+            }
+            hosted => hosted,
+        }
+    }
+
+    /// Whether this shard's image places this broker's replica of `tp` on
+    /// another shard: a partition that moved since the sender looked.
+    fn placed_elsewhere(&self, tp: &TopicPartition) -> bool {
+        self.image
+            .borrow()
+            .local_replica(&tp.topic, tp.partition)
+            .is_some_and(|replica| replica.shard != self.shard_id)
+    }
+
+    /// Waits, at most `MOVED_PARTITION_WAIT`, until this shard's image
+    /// places each partition sent back on another shard than the one that
+    /// sent it back.
+    async fn await_new_shards<F>(&self, pending: &[(usize, TopicPartition, F, Option<usize>)]) {
+        let deadline = Instant::now() + MOVED_PARTITION_WAIT;
+        let placed_elsewhere = || {
+            let image = self.image.borrow();
+            pending.iter().all(|(_, tp, _, sent_back_by)| {
+                image
+                    .local_replica(&tp.topic, tp.partition)
+                    .is_none_or(|replica| Some(replica.shard) != *sent_back_by)
+            })
+        };
+        while !placed_elsewhere() && Instant::now() < deadline {
+            glommio::timer::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
     /// The shard holding this broker's replica of a partition (led here,
     /// with `leader_only`), or Kafka's error for why there is none.
     fn replica_shard(
@@ -324,6 +417,7 @@ impl ShardBroker {
         let sent = Instant::now();
         let work = batches.into_iter().map(|(topic, partition, records)| {
             let append = move |partition: Rc<Partition>| async move {
+                let _in_flight = partition.produce_in_flight();
                 let started = Instant::now();
                 let info = match partition
                     .append_records_to_leader(records, required_acks)
@@ -506,9 +600,13 @@ impl ShardBroker {
                     if !replicas.watch_partitions(id, seen, watched, deadline).await {
                         return None;
                     }
+                    // A partition that moved away is read anew, wherever it went.
                     let reads: Option<Vec<_>> = partitions
                         .into_iter()
-                        .map(|(slot, tp, _, read)| Some((slot, tp, read?)))
+                        .map(|(slot, tp, _, read)| {
+                            replicas.online_partition(&tp).ok()?;
+                            Some((slot, tp, read?))
+                        })
                         .collect();
                     let fresh = reads?.into_iter().map(|(slot, tp, read)| {
                         let broker = broker.clone();
@@ -554,7 +652,10 @@ impl ShardBroker {
     /// One read of this shard's replica of `tp`, as `read_all` reads it.
     async fn read_here(&self, tp: &TopicPartition, read: PartitionFetch) -> ReadResult {
         match self.hosted_partition(tp, !read.from_any_replica) {
-            Ok(partition) => partition.fetch(read).await,
+            Ok(partition) => {
+                let _in_flight = partition.request_in_flight();
+                partition.fetch(read).await
+            }
             Err(error) => ReadResult::error(error),
         }
     }
@@ -588,6 +689,44 @@ impl ShardBroker {
                 .await
         })
         .await
+    }
+
+    /// This shard's part of a balancing round (`ShardBalancer`).
+    pub fn shard_traffic(&self) -> ShardTraffic {
+        ShardTraffic {
+            cpu_time: thread_cpu_time(),
+            partitions: self
+                .replica_manager
+                .take_request_counts(GROUP_METADATA_TOPIC_NAME),
+        }
+    }
+
+    /// Hands a partition this shard leads off for a move to another shard
+    /// (`ReplicaManager::hand_off`), between two images; one whose log is
+    /// moving between dirs stays. Should the hand-off fail half way, the
+    /// image is applied again and the partition serves here as before.
+    pub async fn hand_off_partition(&self, tp: &TopicPartition) -> Result<(), ResponseError> {
+        if self.moving_logs.borrow().contains_key(tp) {
+            return Err(ResponseError::ReassignmentInProgress);
+        }
+        let handed_off = {
+            let _applying = self
+                .applying_image
+                .acquire_permit(1)
+                .await
+                .expect("never closed");
+            self.replica_manager.hand_off(tp).await
+        };
+        if handed_off.is_err() {
+            self.apply_image(self.image()).await;
+        }
+        handed_off
+    }
+
+    /// The partition of a move that did not happen serves here again.
+    pub async fn take_back_partition(&self, tp: &TopicPartition) {
+        self.replica_manager.forget_handoff(tp);
+        self.apply_image(self.image()).await;
     }
 
     /// The logs of this shard being moved, each with its destination dir
@@ -693,7 +832,10 @@ impl ShardBroker {
     /// partition (which it must lead, with `leader_only`), for a request of
     /// `api`: one mesh job per shard carries all of that shard's partitions,
     /// so a request costs a hop per shard, not per partition, and each hop
-    /// counts once in the API's MeshWaitTimeMs. The answers are in order.
+    /// counts once in the API's MeshWaitTimeMs. A partition that moved to
+    /// another shard meanwhile (`ShardBalancer`) has its work sent back and
+    /// sent on once this shard's image says where it went. The answers are in
+    /// order.
     async fn on_partitions<T, F, Fut>(
         self: &Rc<Self>,
         api: ApiKey,
@@ -707,48 +849,74 @@ impl ShardBroker {
     {
         let mut answers: Vec<Option<Result<T, ResponseError>>> =
             (0..work.len()).map(|_| None).collect();
-        let mut by_shard: BTreeMap<usize, Vec<(usize, TopicPartition, F)>> = BTreeMap::new();
-        for (slot, (tp, work)) in work.into_iter().enumerate() {
-            match self.replica_shard(&tp.topic, tp.partition, leader_only) {
-                Ok(shard) => by_shard.entry(shard).or_default().push((slot, tp, work)),
-                Err(error) => answers[slot] = Some(Err(error)),
+        // Each with the shard that sent it back, once one did.
+        let mut pending: Vec<(usize, TopicPartition, F, Option<usize>)> = work
+            .into_iter()
+            .enumerate()
+            .map(|(slot, (tp, work))| (slot, tp, work, None))
+            .collect();
+        for round in 0..MAX_ROUTES_PER_PARTITION {
+            if round > 0 {
+                self.await_new_shards(&pending).await;
             }
-        }
-        let sent = Instant::now();
-        let hops = by_shard.into_iter().map(|(shard, group)| {
-            let slots: Vec<usize> = group.iter().map(|(slot, _, _)| *slot).collect();
-            let job = move |broker: Rc<ShardBroker>| async move {
-                let waited = sent.elapsed();
-                let done = join_all(group.into_iter().map(|(_, tp, work)| {
-                    let broker = broker.clone();
-                    async move { work(broker.hosted_partition(&tp, leader_only)?).await }
-                }))
-                .await;
-                (waited, done)
-            };
-            async move { (shard, slots, self.mesh().invoke_on(shard, self, job).await) }
-        });
-        for (shard, slots, answer) in join_all(hops).await {
-            match answer {
-                Ok((waited, done)) => {
-                    if shard != self.shard_id {
-                        self.metrics
-                            .record_phase(api as i16, Phase::MeshWait, waited);
-                    }
-                    for (slot, result) in slots.into_iter().zip(done) {
-                        answers[slot] = Some(result);
+            let mut by_shard: BTreeMap<usize, Vec<(usize, TopicPartition, F)>> = BTreeMap::new();
+            for (slot, tp, work, _) in pending.drain(..) {
+                match self.replica_shard(&tp.topic, tp.partition, leader_only) {
+                    Ok(shard) => by_shard.entry(shard).or_default().push((slot, tp, work)),
+                    Err(error) => answers[slot] = Some(Err(error)),
+                }
+            }
+            let sent = Instant::now();
+            let origin = self.shard_id;
+            let hops = by_shard.into_iter().map(|(shard, group)| {
+                let job = move |broker: Rc<ShardBroker>| async move {
+                    let waited = sent.elapsed();
+                    let done = join_all(group.into_iter().map(|(slot, tp, work)| {
+                        let broker = broker.clone();
+                        async move {
+                            if broker.leaving(&tp, api).await {
+                                return (slot, Routed::Moved(tp, work));
+                            }
+                            match broker.arrived_partition(&tp, leader_only).await {
+                                Ok(partition) => {
+                                    partition.count_request_from(origin);
+                                    let _in_flight = partition.request_in_flight();
+                                    (slot, Routed::Done(work(partition).await))
+                                }
+                                Err(_) if broker.placed_elsewhere(&tp) => {
+                                    (slot, Routed::Moved(tp, work))
+                                }
+                                Err(error) => (slot, Routed::Done(Err(error))),
+                            }
+                        }
+                    }))
+                    .await;
+                    (waited, done)
+                };
+                async move { (shard, self.mesh().invoke_on(shard, self, job).await) }
+            });
+            for (shard, answer) in join_all(hops).await {
+                let Ok((waited, done)) = answer else {
+                    continue; // the slots left unanswered say NOT_LEADER_OR_FOLLOWER
+                };
+                if shard != self.shard_id {
+                    self.metrics
+                        .record_phase(api as i16, Phase::MeshWait, waited);
+                }
+                for (slot, routed) in done {
+                    match routed {
+                        Routed::Done(result) => answers[slot] = Some(result),
+                        Routed::Moved(tp, work) => pending.push((slot, tp, work, Some(shard))),
                     }
                 }
-                Err(_) => {
-                    for slot in slots {
-                        answers[slot] = Some(Err(ResponseError::NotLeaderOrFollower));
-                    }
-                }
+            }
+            if pending.is_empty() {
+                break;
             }
         }
         answers
             .into_iter()
-            .map(|answer| answer.expect("every partition answered"))
+            .map(|answer| answer.unwrap_or(Err(ResponseError::NotLeaderOrFollower)))
             .collect()
     }
 }

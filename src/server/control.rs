@@ -82,6 +82,13 @@ pub enum ControlRequest {
     AllocateProducerId {
         reply: oneshot::Sender<Result<i64, ApiError>>,
     },
+    /// From the shard balancer: a replica of this broker, its log handed
+    /// off by its shard, now lives on `shard`.
+    MoveReplicaToShard {
+        tp: TopicPartition,
+        shard: usize,
+        reply: oneshot::Sender<Result<(), ApiError>>,
+    },
     /// To the controller: a block of producer ids for a broker.
     AllocateProducerIds {
         broker_id: i32,
@@ -384,6 +391,17 @@ impl ControlClient {
             .await?
     }
 
+    /// A replica whose log its shard handed off moves to `shard`: answered
+    /// once every shard applied the image that places it there.
+    pub async fn move_replica_to_shard(
+        &self,
+        tp: TopicPartition,
+        shard: usize,
+    ) -> Result<(), ApiError> {
+        self.ask(|reply| ControlRequest::MoveReplicaToShard { tp, shard, reply })
+            .await?
+    }
+
     pub async fn alter_configs(
         &self,
         entity: ConfigEntity,
@@ -535,6 +553,9 @@ pub struct ControlPlane<Z> {
     dirs: Arc<LogDirs>,
     broker_id: i32,
     image_version: u64,
+    /// The shard the next image goes to before the others: a moved
+    /// replica's new shard serves it before any other shard sends it there.
+    apply_first: Option<usize>,
     leader_rebalance: LeaderRebalanceConfig,
     /// This broker's dynamic configs, for the images.
     dynamic_broker_configs: Arc<DynamicBrokerConfigs>,
@@ -604,6 +625,7 @@ impl<Z: ZkClient> ControlPlane<Z> {
             dirs: storage.dirs,
             broker_id,
             image_version: 0,
+            apply_first: None,
         };
         plane.load_dynamic_broker_configs().await;
         Ok(plane)
@@ -813,8 +835,11 @@ impl<Z: ZkClient> ControlPlane<Z> {
             if self.controller.is_active() {
                 self.schedule_auto_leader_rebalance(AUTO_LEADER_REBALANCE_FIRST_DELAY);
             }
+            let first = self.apply_first.take();
             if let Some(image) = changed.then(|| self.next_image()).flatten() {
-                for (shard, hung_up) in images.iter().zip(&hung_up) {
+                let mut order: Vec<usize> = (0..images.len()).collect();
+                order.sort_by_key(|shard| Some(*shard) != first);
+                for (shard, hung_up) in order.into_iter().map(|s| (&images[s], &hung_up[s])) {
                     let (applied, done) = oneshot::channel();
                     if shard
                         .send(ApplyImage {
@@ -1005,6 +1030,32 @@ impl<Z: ZkClient> ControlPlane<Z> {
             ControlRequest::AllocateProducerId { reply } => {
                 let result = self.controller.allocate_producer_id().await;
                 (false, Box::new(move || drop(reply.send(result))))
+            }
+            ControlRequest::MoveReplicaToShard { tp, shard, reply } => {
+                let result = self.placement.move_to(&tp, shard).map_err(|error| {
+                    ApiError::new(ResponseError::KafkaStorageError, error.to_string())
+                });
+                if result.is_ok() {
+                    self.apply_first = Some(shard);
+                }
+                // Written once every shard serves the move: the partition
+                // waits for the image, not for the disk.
+                let placement = self.placement.clone();
+                let persisted = move || {
+                    if let Err(error) = placement.persist() {
+                        warn!(%error, "cannot persist shard placement");
+                    }
+                };
+                let moved = result.is_ok();
+                (
+                    moved,
+                    Box::new(move || {
+                        drop(reply.send(result));
+                        if moved {
+                            persisted();
+                        }
+                    }),
+                )
             }
         }
     }

@@ -5,6 +5,7 @@ pub mod control;
 mod controlled_shutdown;
 pub mod fetch_session;
 mod producer_id_manager;
+pub mod shard_balancer;
 
 use crate::replication::quota::ReplicationQuotas;
 use crate::replication::SharedPartitionOffsets;
@@ -274,6 +275,9 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
                 .detach();
                 log_manager.start_background_tasks();
                 broker.replica_manager.start_isr_expiration();
+                if start.shard_id == 0 {
+                    shard_balancer::start(broker.clone());
+                }
                 broker.groups.start();
                 // Clients come in only once every shard serves its partitions.
                 glommio::executor()

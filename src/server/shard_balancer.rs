@@ -1,0 +1,342 @@
+//! `ShardBalancer`: moves partitions between this broker's shards as the load
+//! changes (Redpanda's continuous core balancing, by requests rather than
+//! partition counts). A partition placed on one shard but asked for over
+//! connections of another costs two cross-core wake-ups a request; at low
+//! load those wake-ups are most of a request's cost. So every
+//! `ringbroker.shard.balance.interval.ms` shard 0 asks each shard how busy
+//! its thread was and where each partition it leads had its requests come
+//! from, and:
+//! - a shard over `SPREAD_MIN_BUSY` of a core gives partitions to the least
+//!   busy shard, the costliest first, while that evens them;
+//! - otherwise a partition whose requests come mostly from one other shard
+//!   follows them there, if that shard stays under `AFFINITY_MAX_BUSY`.
+//!
+//! The gap between the two bounds keeps a partition from going back and forth.
+//! A move hands the partition's log from shard to shard inside the process
+//! (`ReplicaManager::hand_off`): no copy, no flush, its idempotent producers
+//! with it; requests that meet it on the way are sent on (`on_partitions`).
+//! `__consumer_offsets` stays: the groups live with its partitions.
+
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use futures_util::future::join_all;
+use shards::log::TopicPartition;
+use tracing::{debug, info, warn};
+
+use super::broker::ShardBroker;
+
+/// A shard taking partitions for their requests' sake stays under this
+/// much of a core.
+const AFFINITY_MAX_BUSY: f64 = 0.5;
+
+/// A shard busier than this gives partitions to the least busy one.
+const SPREAD_MIN_BUSY: f64 = 0.8;
+
+/// Of a partition's requests, the share from one other shard that makes it
+/// follow them: 2/3 (a partition asked for from everywhere stays).
+const AFFINITY_MIN_SHARE: (u64, u64) = (2, 3);
+
+/// A partition with fewer requests a second than this is not worth a move.
+const MIN_REQUESTS_PER_SECOND_TO_MOVE: f64 = 1.0;
+
+/// Moves in one round at most: each stops its partition for a moment.
+const MAX_MOVES_PER_ROUND: usize = 16;
+
+/// What one shard says in a round: its thread's CPU time so far, and for
+/// each partition it leads the requests since the last round by the shard
+/// they arrived on.
+pub struct ShardTraffic {
+    pub cpu_time: Duration,
+    pub partitions: Vec<(TopicPartition, Vec<u64>)>,
+}
+
+/// A partition's requests in a round, where it lives now.
+#[derive(Debug, Clone)]
+pub struct PartitionTraffic {
+    pub tp: TopicPartition,
+    pub shard: usize,
+    /// Indexed by the shard the requests arrived on; may be shorter than
+    /// the shard count (no requests from the rest).
+    pub requests_by_shard: Vec<u64>,
+}
+
+impl PartitionTraffic {
+    fn requests(&self) -> u64 {
+        self.requests_by_shard.iter().sum()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardMove {
+    pub tp: TopicPartition,
+    pub from: usize,
+    pub to: usize,
+}
+
+/// The moves for a round, from each shard's busy share of a core (`busy`,
+/// indexed by shard) and the partitions' requests, at least `min_requests`
+/// for a partition to move. A partition's cost is its share of its shard's
+/// requests times the shard's busy share: the network work of other shards'
+/// partitions counts too, which errs toward fewer moves.
+pub fn plan_moves(
+    busy: &[f64],
+    partitions: &[PartitionTraffic],
+    min_requests: u64,
+) -> Vec<ShardMove> {
+    let mut requests_on = vec![0u64; busy.len()];
+    for partition in partitions {
+        assert!(partition.shard < busy.len());
+        assert!(partition.requests_by_shard.len() <= busy.len());
+        requests_on[partition.shard] += partition.requests();
+    }
+    let cost = |partition: &PartitionTraffic| match requests_on[partition.shard] {
+        0 => 0.0,
+        on_shard => busy[partition.shard] * partition.requests() as f64 / on_shard as f64,
+    };
+    let mut busy = busy.to_vec();
+    let mut moves: Vec<ShardMove> = Vec::new();
+    let mut moved = vec![false; partitions.len()];
+    let apply = |index: usize,
+                 to: usize,
+                 busy: &mut [f64],
+                 moved: &mut [bool],
+                 moves: &mut Vec<ShardMove>| {
+        let partition = &partitions[index];
+        let cost = cost(partition);
+        busy[partition.shard] -= cost;
+        busy[to] += cost;
+        moved[index] = true;
+        moves.push(ShardMove {
+            tp: partition.tp.clone(),
+            from: partition.shard,
+            to,
+        });
+    };
+    let mut hot: Vec<usize> = (0..busy.len())
+        .filter(|&shard| busy[shard] > SPREAD_MIN_BUSY)
+        .collect();
+    hot.sort_by(|a, b| busy[*b].total_cmp(&busy[*a]));
+    for from in hot {
+        let mut costliest: Vec<usize> = (0..partitions.len())
+            .filter(|&i| partitions[i].shard == from && cost(&partitions[i]) > 0.0)
+            .collect();
+        costliest.sort_by(|a, b| cost(&partitions[*b]).total_cmp(&cost(&partitions[*a])));
+        for index in costliest {
+            let to = (0..busy.len())
+                .min_by(|a, b| busy[*a].total_cmp(&busy[*b]))
+                .expect("a shard at least");
+            let cost = cost(&partitions[index]);
+            if moves.len() < MAX_MOVES_PER_ROUND && busy[to] + cost <= busy[from] - cost {
+                apply(index, to, &mut busy, &mut moved, &mut moves);
+            }
+        }
+    }
+    for (index, partition) in partitions.iter().enumerate() {
+        if moved[index] || moves.len() >= MAX_MOVES_PER_ROUND {
+            continue;
+        }
+        let requests = partition.requests();
+        let Some((to, &from_there)) = partition
+            .requests_by_shard
+            .iter()
+            .enumerate()
+            .max_by_key(|(shard, requests)| (**requests, std::cmp::Reverse(*shard)))
+        else {
+            continue;
+        };
+        let (share_num, share_den) = AFFINITY_MIN_SHARE;
+        let follows = to != partition.shard
+            && requests >= min_requests.max(1)
+            && from_there * share_den >= requests * share_num
+            && busy[partition.shard] <= SPREAD_MIN_BUSY
+            && busy[to] + cost(partition) < AFFINITY_MAX_BUSY;
+        if follows {
+            apply(index, to, &mut busy, &mut moved, &mut moves);
+        }
+    }
+    moves
+}
+
+/// Starts the rounds on shard 0 of a broker with more than one shard.
+pub fn start(broker: Rc<ShardBroker>) {
+    let interval_ms = broker.config.shard_balance_interval_ms;
+    let nr_shards = broker.config.cores.len();
+    assert_eq!(broker.shard_id, 0, "one balancer a broker");
+    if interval_ms == 0 || nr_shards < 2 {
+        return;
+    }
+    let interval = Duration::from_millis(interval_ms);
+    glommio::spawn_local(async move {
+        let mut last: Option<(Instant, Vec<Duration>)> = None;
+        loop {
+            glommio::timer::sleep(interval).await;
+            let asked = (0..nr_shards).map(|shard| {
+                broker
+                    .mesh()
+                    .invoke_on(shard, &broker, |broker: Rc<ShardBroker>| async move {
+                        broker.shard_traffic()
+                    })
+            });
+            let Ok(traffic) = join_all(asked)
+                .await
+                .into_iter()
+                .collect::<Result<Vec<_>, _>>()
+            else {
+                return; // the shards are stopping
+            };
+            let now = Instant::now();
+            let cpu_times: Vec<Duration> = traffic.iter().map(|t| t.cpu_time).collect();
+            let Some((since, before)) = last.replace((now, cpu_times.clone())) else {
+                continue; // the first round only starts the clocks
+            };
+            let elapsed = now.duration_since(since).as_secs_f64();
+            let busy: Vec<f64> = cpu_times
+                .iter()
+                .zip(&before)
+                .map(|(now, before)| now.saturating_sub(*before).as_secs_f64() / elapsed)
+                .collect();
+            let partitions: Vec<PartitionTraffic> = traffic
+                .into_iter()
+                .enumerate()
+                .flat_map(|(shard, traffic)| {
+                    traffic
+                        .partitions
+                        .into_iter()
+                        .map(move |(tp, requests_by_shard)| PartitionTraffic {
+                            tp,
+                            shard,
+                            requests_by_shard,
+                        })
+                })
+                .collect();
+            let min_requests = (MIN_REQUESTS_PER_SECOND_TO_MOVE * elapsed) as u64;
+            debug!(?busy, ?partitions, "shard balancing round");
+            for ShardMove { tp, from, to } in plan_moves(&busy, &partitions, min_requests) {
+                move_partition(&broker, tp, from, to).await;
+            }
+        }
+    })
+    .detach();
+}
+
+/// One move: shard `from` hands the partition's log off, the control plane
+/// places it on `to` (which opens it before any other shard routes there),
+/// or, failing that, `from` takes it back.
+async fn move_partition(broker: &Rc<ShardBroker>, tp: TopicPartition, from: usize, to: usize) {
+    let started = Instant::now();
+    let handing = tp.clone();
+    let handed_off = broker
+        .mesh()
+        .invoke_on(from, broker, move |broker: Rc<ShardBroker>| async move {
+            broker.hand_off_partition(&handing).await
+        })
+        .await;
+    match handed_off {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => {
+            info!(partition = %tp, from, to, ?error, "partition not moved");
+            return;
+        }
+        Err(_) => return, // the shards are stopping
+    }
+    match broker.control.move_replica_to_shard(tp.clone(), to).await {
+        Ok(()) => info!(
+            partition = %tp,
+            from,
+            to,
+            took_ms = started.elapsed().as_millis() as u64,
+            "moved partition to another shard"
+        ),
+        Err(error) => {
+            warn!(partition = %tp, from, to, ?error, "cannot place the partition; its shard takes it back");
+            let _ = broker
+                .mesh()
+                .invoke_on(from, broker, move |broker: Rc<ShardBroker>| async move {
+                    broker.take_back_partition(&tp).await
+                })
+                .await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn traffic(partition: i32, shard: usize, requests_by_shard: &[u64]) -> PartitionTraffic {
+        PartitionTraffic {
+            tp: TopicPartition::new("t", partition),
+            shard,
+            requests_by_shard: requests_by_shard.to_vec(),
+        }
+    }
+
+    fn moved(moves: &[ShardMove]) -> Vec<(i32, usize, usize)> {
+        moves
+            .iter()
+            .map(|m| (m.tp.partition, m.from, m.to))
+            .collect()
+    }
+
+    #[test]
+    fn at_low_load_partitions_follow_their_requests() {
+        // One producer's connection on shard 1; the partitions are split.
+        let partitions = [
+            traffic(0, 0, &[0, 2000]),
+            traffic(1, 1, &[0, 2000]),
+            traffic(2, 0, &[0, 2000]),
+            traffic(3, 1, &[0, 2000]),
+        ];
+        let moves = plan_moves(&[0.05, 0.12], &partitions, 10);
+        assert_eq!(moved(&moves), vec![(0, 0, 1), (2, 0, 1)]);
+    }
+
+    #[test]
+    fn a_partition_asked_for_from_everywhere_or_rarely_stays() {
+        let partitions = [
+            traffic(0, 0, &[900, 1100]), // no shard asks for 2/3
+            traffic(1, 0, &[0, 5]),      // too few requests
+            traffic(2, 1, &[0, 700]),    // already there
+        ];
+        assert!(plan_moves(&[0.1, 0.1], &partitions, 10).is_empty());
+    }
+
+    #[test]
+    fn a_shard_near_its_bound_takes_no_more() {
+        let partitions = [
+            traffic(0, 0, &[0, 3000]),
+            traffic(1, 0, &[0, 3000]),
+            traffic(2, 1, &[0, 3000]),
+        ];
+        // Each of shard 0's partitions costs 0.1 of a core: one fits under 0.5.
+        let moves = plan_moves(&[0.2, 0.35], &partitions, 10);
+        assert_eq!(moved(&moves), vec![(0, 0, 1)]);
+        assert!(plan_moves(&[0.2, 0.45], &partitions, 10).is_empty());
+    }
+
+    #[test]
+    fn a_hot_shard_gives_its_costliest_partitions_to_the_least_busy() {
+        // Everything followed one connection to shard 0, then the load grew.
+        let partitions = [
+            traffic(0, 0, &[4000]),
+            traffic(1, 0, &[1000]),
+            traffic(2, 0, &[3000]),
+            traffic(3, 0, &[2000]),
+        ];
+        let moves = plan_moves(&[1.0, 0.1], &partitions, 10);
+        // 0.4 moves (0.6 against 0.5), then 0.3 would pass shard 0: stop there.
+        assert_eq!(moved(&moves), vec![(0, 0, 1)]);
+        // Moved for the load, a partition does not follow its requests back
+        // while the shard they come from is over the affinity bound.
+        let after = [traffic(0, 1, &[4000]), traffic(1, 0, &[1000])];
+        assert!(plan_moves(&[0.6, 0.4], &after, 10).is_empty());
+    }
+
+    #[test]
+    fn a_round_moves_a_bounded_number() {
+        let partitions: Vec<_> = (0..40).map(|p| traffic(p, 0, &[0, 100])).collect();
+        let moves = plan_moves(&[0.0, 0.01], &partitions, 10);
+        assert_eq!(moves.len(), MAX_MOVES_PER_ROUND);
+    }
+}
