@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use futures_lite::future::or;
 use shards::log::{wall_clock_ms, FetchWatch, LogManager, TopicPartition, WatchedOffset};
+use shards::runtime::activity::{self, ActivityKind};
 use tracing::warn;
 
 use super::alter_partition_manager::AlterPartitionManager;
@@ -344,6 +345,7 @@ impl ReplicaManager {
     /// nowhere until an image places it on its next shard.
     pub async fn hand_off(&self, tp: &TopicPartition) -> Result<(), ResponseError> {
         let partition = self.leader_partition(tp)?;
+        let started = Instant::now();
         let displaced = self
             .handoffs
             .borrow_mut()
@@ -376,6 +378,7 @@ impl ReplicaManager {
             self.handoffs.borrow_mut().remove(tp);
             return Err(error.response_error());
         }
+        activity::record(ActivityKind::ShardHandOff, started);
         Ok(())
     }
 

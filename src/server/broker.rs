@@ -16,7 +16,7 @@ use futures_util::future::join_all;
 use glommio::sync::Semaphore;
 use kafka_protocol::messages::ApiKey;
 use shards::log::{LogManager, TopicPartition, WatchedOffset};
-use shards::runtime::activity;
+use shards::runtime::activity::{self, ActivityKind};
 use shards::runtime::{Delivery, ShardMesh};
 
 use super::control::ControlClient;
@@ -246,6 +246,7 @@ impl ShardBroker {
             .acquire_permit(1)
             .await
             .expect("never closed");
+        let started = Instant::now();
         let previous = std::mem::replace(&mut *self.image.borrow_mut(), image.clone());
         let deleted: Vec<String> = previous
             .topics
@@ -277,6 +278,7 @@ impl ShardBroker {
                 self.groups.on_partition_gone(led);
             }
         }
+        activity::record(ActivityKind::ImageApply, started);
     }
 
     /// The `__consumer_offsets` partition holding `group_id`, and the shard

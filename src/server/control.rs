@@ -1035,27 +1035,23 @@ impl<Z: ZkClient> ControlPlane<Z> {
                 let result = self.placement.move_to(&tp, shard).map_err(|error| {
                     ApiError::new(ResponseError::KafkaStorageError, error.to_string())
                 });
-                if result.is_ok() {
-                    self.apply_first = Some(shard);
-                }
-                // Written once every shard serves the move: the partition
-                // waits for the image, not for the disk.
-                let placement = self.placement.clone();
-                let persisted = move || {
-                    if let Err(error) = placement.persist() {
-                        warn!(%error, "cannot persist shard placement");
-                    }
-                };
                 let moved = result.is_ok();
-                (
-                    moved,
-                    Box::new(move || {
-                        drop(reply.send(result));
-                        if moved {
-                            persisted();
+                if moved {
+                    self.apply_first = Some(shard);
+                    // On the blocking pool: the next move's partition, already
+                    // handed off, waits for this loop, not for the disk.
+                    let placement = self.placement.clone();
+                    glommio::spawn_local(async move {
+                        let persisted = glommio::executor()
+                            .spawn_blocking(move || placement.persist())
+                            .await;
+                        if let Err(error) = persisted {
+                            warn!(%error, "cannot persist shard placement");
                         }
-                    }),
-                )
+                    })
+                    .detach();
+                }
+                (moved, Box::new(move || drop(reply.send(result))))
             }
         }
     }

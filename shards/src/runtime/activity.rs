@@ -32,6 +32,11 @@ pub enum ActivityKind {
     CoordinatorTick,
     /// A log moved between log dirs, its writes held.
     LogMoveHeld,
+    /// A metadata image applied by a shard.
+    ImageApply,
+    /// A partition leaving a shard (`ShardBalancer`): its requests held
+    /// while it drains, until its log is handed off.
+    ShardHandOff,
 }
 
 impl ActivityKind {
@@ -47,6 +52,8 @@ impl ActivityKind {
             ActivityKind::Checkpoint => "checkpoint write",
             ActivityKind::CoordinatorTick => "coordinator tick",
             ActivityKind::LogMoveHeld => "log dir move",
+            ActivityKind::ImageApply => "image apply",
+            ActivityKind::ShardHandOff => "shard hand-off",
         }
     }
 }

@@ -17,6 +17,9 @@ pub struct ShardPlacement {
     /// Copies of the table are kept in every log directory.
     files: Vec<PathBuf>,
     table: Mutex<BTreeMap<TopicPartition, usize>>,
+    /// Held while the files are written (the table is not: its readers never
+    /// wait for a disk), so writes land in the order of their snapshots.
+    writing: Mutex<()>,
 }
 
 impl ShardPlacement {
@@ -54,6 +57,7 @@ impl ShardPlacement {
             nr_shards,
             files,
             table: Mutex::new(table),
+            writing: Mutex::new(()),
         })
     }
 
@@ -90,14 +94,15 @@ impl ShardPlacement {
                 })
             })
             .collect();
+        drop(table);
         if changed {
-            self.persist_table(&table)?;
+            self.persist()?;
         }
         Ok(shards)
     }
 
     /// Places an already placed partition on `shard` (a shard move). Not
-    /// persisted: `persist` follows once the move is served, and a restart
+    /// persisted: `persist` follows, off the path of the move, and a restart
     /// before it only starts the partition on its old shard.
     pub fn move_to(&self, tp: &TopicPartition, shard: usize) -> io::Result<()> {
         assert!(shard < self.nr_shards);
@@ -115,13 +120,15 @@ impl ShardPlacement {
 
     /// Writes the table as it is.
     pub fn persist(&self) -> io::Result<()> {
-        self.persist_table(&self.table.lock().unwrap())
+        let _writing = self.writing.lock().unwrap();
+        let table = self.table.lock().unwrap().clone();
+        self.persist_table(&table)
     }
 
     pub fn remove(&self, tp: &TopicPartition) -> io::Result<()> {
-        let mut table = self.table.lock().unwrap();
-        if table.remove(tp).is_some() {
-            self.persist_table(&table)?;
+        let removed = self.table.lock().unwrap().remove(tp).is_some();
+        if removed {
+            self.persist()?;
         }
         Ok(())
     }
