@@ -165,9 +165,9 @@ pub struct BrokerConfig {
 }
 
 /// `ringbroker.shard.balance.interval.ms`' default: a partition follows its
-/// requests within seconds of a change in load, and a round costs a few
-/// hops.
-const DEFAULT_SHARD_BALANCE_INTERVAL_MS: u64 = 10_000;
+/// requests within seconds of a change in load, and a round costs a hop to
+/// each shard.
+const DEFAULT_SHARD_BALANCE_INTERVAL_MS: u64 = 5_000;
 
 #[derive(Debug)]
 pub struct ConfigError(pub String);

@@ -168,45 +168,34 @@ pub fn start(broker: Rc<ShardBroker>) {
     }
     let interval = Duration::from_millis(interval_ms);
     glommio::spawn_local(async move {
-        let mut last: Option<(Instant, Vec<Duration>)> = None;
+        // The clocks start with the shards, so the first round can move.
+        let Some(mut last) = shard_traffic(&broker, nr_shards).await else {
+            return;
+        };
         loop {
             glommio::timer::sleep(interval).await;
-            let asked = (0..nr_shards).map(|shard| {
-                broker
-                    .mesh()
-                    .invoke_on(shard, &broker, |broker: Rc<ShardBroker>| async move {
-                        broker.shard_traffic()
-                    })
-            });
-            let Ok(traffic) = join_all(asked)
-                .await
-                .into_iter()
-                .collect::<Result<Vec<_>, _>>()
-            else {
+            let Some((now, traffic)) = shard_traffic(&broker, nr_shards).await else {
                 return; // the shards are stopping
             };
-            let now = Instant::now();
-            let cpu_times: Vec<Duration> = traffic.iter().map(|t| t.cpu_time).collect();
-            let Some((since, before)) = last.replace((now, cpu_times.clone())) else {
-                continue; // the first round only starts the clocks
-            };
-            let elapsed = now.duration_since(since).as_secs_f64();
-            let busy: Vec<f64> = cpu_times
+            let elapsed = now.duration_since(last.0).as_secs_f64();
+            let busy: Vec<f64> = traffic
                 .iter()
-                .zip(&before)
-                .map(|(now, before)| now.saturating_sub(*before).as_secs_f64() / elapsed)
+                .zip(&last.1)
+                .map(|(now, before)| {
+                    now.cpu_time.saturating_sub(before.cpu_time).as_secs_f64() / elapsed
+                })
                 .collect();
             let partitions: Vec<PartitionTraffic> = traffic
-                .into_iter()
+                .iter()
                 .enumerate()
                 .flat_map(|(shard, traffic)| {
                     traffic
                         .partitions
-                        .into_iter()
+                        .iter()
                         .map(move |(tp, requests_by_shard)| PartitionTraffic {
-                            tp,
+                            tp: tp.clone(),
                             shard,
-                            requests_by_shard,
+                            requests_by_shard: requests_by_shard.clone(),
                         })
                 })
                 .collect();
@@ -215,9 +204,27 @@ pub fn start(broker: Rc<ShardBroker>) {
             for ShardMove { tp, from, to } in plan_moves(&busy, &partitions, min_requests) {
                 move_partition(&broker, tp, from, to).await;
             }
+            last = (now, traffic);
         }
     })
     .detach();
+}
+
+/// Every shard's `ShardTraffic`, and when it was asked; None once the shards
+/// are stopping.
+async fn shard_traffic(
+    broker: &Rc<ShardBroker>,
+    nr_shards: usize,
+) -> Option<(Instant, Vec<ShardTraffic>)> {
+    let asked = (0..nr_shards).map(|shard| {
+        broker
+            .mesh()
+            .invoke_on(shard, broker, |broker: Rc<ShardBroker>| async move {
+                broker.shard_traffic()
+            })
+    });
+    let traffic = join_all(asked).await.into_iter().collect::<Result<_, _>>();
+    Some((Instant::now(), traffic.ok()?))
 }
 
 /// One move: shard `from` hands the partition's log off, the control plane
