@@ -20,6 +20,7 @@ mod shared_offsets;
 
 pub use partition::{
     AppendError, AppendResult, AppendTiming, OffsetAndEpoch, Partition, PartitionFetch, ReadResult,
+    REQUEST_SHARE_UNITS,
 };
 pub use replica_manager::{Handoff, ReplicaManager};
 pub use shared_offsets::SharedPartitionOffsets;

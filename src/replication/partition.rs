@@ -39,9 +39,12 @@ pub struct Partition {
     produces_in_flight: Rc<Cell<usize>>,
     requests_in_flight: Rc<Cell<usize>>,
     /// Requests for the partition by the shard they arrived on, since the
-    /// shard balancer last took them.
+    /// shard balancer last took them (`count_request_from`).
     requests_by_shard: RefCell<Vec<u64>>,
 }
+
+/// One request, in the units `Partition::count_request_from` counts in.
+pub const REQUEST_SHARE_UNITS: u64 = 1_000_000;
 
 /// A request's work on a partition, counted until it is done.
 pub struct InFlight(Rc<Cell<usize>>);
@@ -231,16 +234,21 @@ impl Partition {
         self.requests_in_flight.get()
     }
 
-    /// A request for this partition that arrived on shard `shard`.
-    pub fn count_request_from(&self, shard: usize) {
+    /// A request for this partition and `partitions - 1` others that
+    /// arrived on shard `shard`: it counts `1/partitions` of a request here
+    /// (in `REQUEST_SHARE_UNITS`), so a request's hops, one per shard
+    /// whatever its partitions, are counted once across them.
+    pub fn count_request_from(&self, shard: usize, partitions: usize) {
+        assert!(partitions > 0);
         let mut counts = self.requests_by_shard.borrow_mut();
         if counts.len() <= shard {
             counts.resize(shard + 1, 0);
         }
-        counts[shard] += 1;
+        counts[shard] += REQUEST_SHARE_UNITS / partitions as u64;
     }
 
-    /// The requests counted since the last call, by the shard they arrived on.
+    /// The requests counted since the last call, by the shard they arrived
+    /// on, in `REQUEST_SHARE_UNITS`.
     pub fn take_request_counts(&self) -> Vec<u64> {
         std::mem::take(&mut *self.requests_by_shard.borrow_mut())
     }

@@ -857,6 +857,7 @@ impl ShardBroker {
             .enumerate()
             .map(|(slot, (tp, work))| (slot, tp, work, None))
             .collect();
+        let partitions_in_request = pending.len();
         for round in 0..MAX_ROUTES_PER_PARTITION {
             if round > 0 {
                 self.await_new_shards(&pending).await;
@@ -881,7 +882,7 @@ impl ShardBroker {
                             }
                             match broker.arrived_partition(&tp, leader_only).await {
                                 Ok(partition) => {
-                                    partition.count_request_from(origin);
+                                    partition.count_request_from(origin, partitions_in_request);
                                     let _in_flight = partition.request_in_flight();
                                     (slot, Routed::Done(work(partition).await))
                                 }

@@ -25,6 +25,7 @@ use shards::log::TopicPartition;
 use tracing::{debug, info, warn};
 
 use super::broker::ShardBroker;
+use crate::replication::REQUEST_SHARE_UNITS;
 
 /// A shard taking partitions for their requests' sake stays under this
 /// much of a core.
@@ -34,8 +35,9 @@ const AFFINITY_MAX_BUSY: f64 = 0.5;
 const SPREAD_MIN_BUSY: f64 = 0.8;
 
 /// Of a partition's requests, the share from one other shard that makes it
-/// follow them: 2/3 (a partition asked for from everywhere stays).
-const AFFINITY_MIN_SHARE: (u64, u64) = (2, 3);
+/// follow them: 3/5 (a partition asked for from everywhere stays). A
+/// request for several partitions counts a share of one for each.
+const AFFINITY_MIN_SHARE: (u64, u64) = (3, 5);
 
 /// A partition with fewer requests a second than this is not worth a move.
 const MIN_REQUESTS_PER_SECOND_TO_MOVE: f64 = 1.0;
@@ -57,7 +59,8 @@ pub struct PartitionTraffic {
     pub tp: TopicPartition,
     pub shard: usize,
     /// Indexed by the shard the requests arrived on; may be shorter than
-    /// the shard count (no requests from the rest).
+    /// the shard count (no requests from the rest). A request for several
+    /// partitions counts a share of one for each.
     pub requests_by_shard: Vec<u64>,
 }
 
@@ -169,12 +172,12 @@ pub fn start(broker: Rc<ShardBroker>) {
     let interval = Duration::from_millis(interval_ms);
     glommio::spawn_local(async move {
         // The clocks start with the shards, so the first round can move.
-        let Some(mut last) = shard_traffic(&broker, nr_shards).await else {
+        let Some(mut last) = ask_shards(&broker, nr_shards).await else {
             return;
         };
         loop {
             glommio::timer::sleep(interval).await;
-            let Some((now, traffic)) = shard_traffic(&broker, nr_shards).await else {
+            let Some((now, traffic)) = ask_shards(&broker, nr_shards).await else {
                 return; // the shards are stopping
             };
             let elapsed = now.duration_since(last.0).as_secs_f64();
@@ -199,7 +202,8 @@ pub fn start(broker: Rc<ShardBroker>) {
                         })
                 })
                 .collect();
-            let min_requests = (MIN_REQUESTS_PER_SECOND_TO_MOVE * elapsed) as u64;
+            let min_requests =
+                (MIN_REQUESTS_PER_SECOND_TO_MOVE * elapsed * REQUEST_SHARE_UNITS as f64) as u64;
             debug!(?busy, ?partitions, "shard balancing round");
             for ShardMove { tp, from, to } in plan_moves(&busy, &partitions, min_requests) {
                 move_partition(&broker, tp, from, to).await;
@@ -212,7 +216,7 @@ pub fn start(broker: Rc<ShardBroker>) {
 
 /// Every shard's `ShardTraffic`, and when it was asked; None once the shards
 /// are stopping.
-async fn shard_traffic(
+async fn ask_shards(
     broker: &Rc<ShardBroker>,
     nr_shards: usize,
 ) -> Option<(Instant, Vec<ShardTraffic>)> {
@@ -302,11 +306,20 @@ mod tests {
     #[test]
     fn a_partition_asked_for_from_everywhere_or_rarely_stays() {
         let partitions = [
-            traffic(0, 0, &[900, 1100]), // no shard asks for 2/3
+            traffic(0, 0, &[900, 1100]), // no shard asks for 3/5
             traffic(1, 0, &[0, 5]),      // too few requests
             traffic(2, 1, &[0, 700]),    // already there
         ];
         assert!(plan_moves(&[0.1, 0.1], &partitions, 10).is_empty());
+    }
+
+    #[test]
+    fn a_partition_follows_three_fifths_of_its_requests() {
+        // A producer on shard 0 (one partition a request) and a consumer on
+        // shard 1 (four a fetch, each counting a quarter).
+        let partitions = [traffic(0, 1, &[600, 400]), traffic(1, 1, &[590, 410])];
+        let moves = plan_moves(&[0.1, 0.1], &partitions, 10);
+        assert_eq!(moved(&moves), vec![(0, 1, 0)]);
     }
 
     #[test]
