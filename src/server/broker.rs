@@ -22,7 +22,7 @@ use shards::runtime::{Delivery, ShardMesh};
 use super::control::ControlClient;
 use super::fetch_session::FetchSessionCache;
 use super::producer_id_manager::ProducerIdManager;
-use super::shard_balancer::ShardTraffic;
+use super::shard_balancer::{thread_cpu_time, ShardTraffic};
 use crate::config::BrokerConfig;
 use crate::coordinator::group::{partition_for, GroupCoordinator, GROUP_METADATA_TOPIC_NAME};
 use crate::metadata::image::MetadataImage;
@@ -39,18 +39,6 @@ use crate::replication::{
 /// The partitions a parked fetch's waking shard read again, by their index in
 /// the fetch's `seen`.
 pub type WokenReads = Vec<(usize, ReadResult)>;
-
-/// The CPU time of the calling thread (a shard's, user and kernel).
-fn thread_cpu_time() -> Duration {
-    let mut now = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `now` is a valid timespec for the call to fill.
-    let result = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
-    assert_eq!(result, 0, "every Linux thread has a CPU clock");
-    Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
-}
 
 /// How many shards a partition's work is sent to before it is answered
 /// NOT_LEADER_OR_FOLLOWER: a partition moves once a balancing round.
@@ -705,8 +693,9 @@ impl ShardBroker {
 
     /// Hands a partition this shard leads off for a move to another shard
     /// (`ReplicaManager::hand_off`), between two images; one whose log is
-    /// moving between dirs stays. Should the hand-off fail half way, the
-    /// image is applied again and the partition serves here as before.
+    /// moving between dirs stays. Should the hand-off fail after the
+    /// partition stopped, the image is applied again and it serves here as
+    /// before.
     pub async fn hand_off_partition(&self, tp: &TopicPartition) -> Result<(), ResponseError> {
         if self.moving_logs.borrow().contains_key(tp) {
             return Err(ResponseError::ReassignmentInProgress);
@@ -719,7 +708,7 @@ impl ShardBroker {
                 .expect("never closed");
             self.replica_manager.hand_off(tp).await
         };
-        if handed_off.is_err() {
+        if handed_off.is_err() && self.replica_manager.online_partition(tp).is_err() {
             self.apply_image(self.image()).await;
         }
         handed_off

@@ -53,6 +53,18 @@ pub struct ShardTraffic {
     pub partitions: Vec<(TopicPartition, Vec<u64>)>,
 }
 
+/// The CPU time of the calling thread (a shard's, user and kernel).
+pub fn thread_cpu_time() -> Duration {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid timespec for the call to fill.
+    let result = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
+    assert_eq!(result, 0, "every Linux thread has a CPU clock");
+    Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
+}
+
 /// A partition's requests in a round, where it lives now.
 #[derive(Debug, Clone)]
 pub struct PartitionTraffic {
@@ -172,33 +184,34 @@ pub fn start(broker: Rc<ShardBroker>) {
     let interval = Duration::from_millis(interval_ms);
     glommio::spawn_local(async move {
         // The clocks start with the shards, so the first round can move.
-        let Some(mut last) = ask_shards(&broker, nr_shards).await else {
+        let Some((mut since, first)) = ask_shards(&broker, nr_shards).await else {
             return;
         };
+        let mut cpu_times: Vec<Duration> = first.iter().map(|t| t.cpu_time).collect();
         loop {
             glommio::timer::sleep(interval).await;
             let Some((now, traffic)) = ask_shards(&broker, nr_shards).await else {
                 return; // the shards are stopping
             };
-            let elapsed = now.duration_since(last.0).as_secs_f64();
+            let elapsed = now.duration_since(since).as_secs_f64();
             let busy: Vec<f64> = traffic
                 .iter()
-                .zip(&last.1)
-                .map(|(now, before)| {
-                    now.cpu_time.saturating_sub(before.cpu_time).as_secs_f64() / elapsed
-                })
+                .zip(&cpu_times)
+                .map(|(now, before)| now.cpu_time.saturating_sub(*before).as_secs_f64() / elapsed)
                 .collect();
+            cpu_times = traffic.iter().map(|t| t.cpu_time).collect();
+            since = now;
             let partitions: Vec<PartitionTraffic> = traffic
-                .iter()
+                .into_iter()
                 .enumerate()
                 .flat_map(|(shard, traffic)| {
                     traffic
                         .partitions
-                        .iter()
+                        .into_iter()
                         .map(move |(tp, requests_by_shard)| PartitionTraffic {
-                            tp: tp.clone(),
+                            tp,
                             shard,
-                            requests_by_shard: requests_by_shard.clone(),
+                            requests_by_shard,
                         })
                 })
                 .collect();
@@ -208,7 +221,6 @@ pub fn start(broker: Rc<ShardBroker>) {
             for ShardMove { tp, from, to } in plan_moves(&busy, &partitions, min_requests) {
                 move_partition(&broker, tp, from, to).await;
             }
-            last = (now, traffic);
         }
     })
     .detach();

@@ -22,7 +22,7 @@ use super::file_names::{
     CLEANER_CHECKPOINT_FILE, CLEAN_SHUTDOWN_FILE, DELETE_DIR_SUFFIX, FUTURE_DIR_SUFFIX, LOCK_FILE,
     LOG_START_OFFSET_CHECKPOINT_FILE, RECOVERY_POINT_CHECKPOINT_FILE, REPLICATION_CHECKPOINT_FILE,
 };
-use super::{LogError, LogHandoff, TopicPartition};
+use super::{LogError, ProducerStateManager, TopicPartition};
 
 /// One log directory's health, shared by every log in it. The first I/O error
 /// takes the whole directory offline, as in Kafka; its partitions then answer
@@ -125,9 +125,10 @@ pub struct LogDirs {
     state: Mutex<Vec<DirState>>,
     /// The directories that went offline, in order, until taken.
     failures: Mutex<Option<mpsc::Receiver<PathBuf>>>,
-    /// Logs one shard handed off (`LogManager::hand_off`) for the shard
-    /// the partition moves to.
-    handoffs: Mutex<BTreeMap<TopicPartition, LogHandoff>>,
+    /// The idempotent producers of logs one shard handed off
+    /// (`LogManager::hand_off`; their checkpoints are in `state`), for the
+    /// shard the partition moves to.
+    handoffs: Mutex<BTreeMap<TopicPartition, ProducerStateManager>>,
 }
 
 /// Why the broker cannot start on its `log.dirs`.
@@ -362,15 +363,15 @@ impl LogDirs {
         }
     }
 
-    pub fn hand_over(&self, tp: TopicPartition, handoff: LogHandoff) {
-        let displaced = self.handoffs.lock().unwrap().insert(tp, handoff);
+    pub fn hand_over(&self, tp: TopicPartition, producers: ProducerStateManager) {
+        let displaced = self.handoffs.lock().unwrap().insert(tp, producers);
         assert!(
             displaced.is_none(),
             "a log is handed off once before it is taken"
         );
     }
 
-    pub fn take_handoff(&self, tp: &TopicPartition) -> Option<LogHandoff> {
+    pub fn take_handoff(&self, tp: &TopicPartition) -> Option<ProducerStateManager> {
         self.handoffs.lock().unwrap().remove(tp)
     }
 

@@ -119,16 +119,10 @@ impl LogManager {
             .map_err(|error| health.on_error(error.into()))?;
             self.dirs.update(tp, PartitionCheckpoint::default());
         }
+        let checkpoint = self.dirs.find(tp).map(|(_, c)| c).unwrap_or_default();
         // Handed over by another shard: its files are as that shard left
         // them a moment ago, trusted as after a clean shutdown.
-        let handoff = self.dirs.take_handoff(tp);
-        let (checkpoint, producers) = match handoff {
-            Some(LogHandoff {
-                checkpoint,
-                producers,
-            }) => (checkpoint, Some(producers)),
-            None => (self.dirs.find(tp).map(|(_, c)| c).unwrap_or_default(), None),
-        };
+        let producers = self.dirs.take_handoff(tp);
         let log = Log::open(LogOpenParams {
             dir: partition_dir,
             topic_partition: tp.clone(),
@@ -193,10 +187,13 @@ impl LogManager {
         let log = self
             .get_log(tp)
             .ok_or_else(|| LogError::KafkaStorage(format!("no log of {tp} here")))?;
-        let handoff = log.hand_off().await?;
+        let LogHandoff {
+            checkpoint,
+            producers,
+        } = log.hand_off().await?;
         self.logs.borrow_mut().remove(tp);
-        self.dirs.update(tp, handoff.checkpoint);
-        self.dirs.hand_over(tp.clone(), handoff);
+        self.dirs.update(tp, checkpoint);
+        self.dirs.hand_over(tp.clone(), producers);
         Ok(())
     }
 
