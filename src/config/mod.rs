@@ -164,12 +164,10 @@ pub struct BrokerConfig {
     pub log_manager: LogManagerConfig,
 }
 
-/// `ringbroker.shard.balance.interval.ms`' default: off. Held and sent-back
-/// produces of a moving partition wait on separate timers and can reach the
-/// log out of order, which an idempotent producer's pipelined requests see as
-/// OUT_OF_ORDER_SEQUENCE_NUMBER (found by the leader-kill test); on only
-/// where set, until the holds keep their order.
-const DEFAULT_SHARD_BALANCE_INTERVAL_MS: u64 = 0;
+/// `ringbroker.shard.balance.interval.ms`' default: a partition follows its
+/// requests within seconds of a change in load, and a round costs a hop to
+/// each shard.
+const DEFAULT_SHARD_BALANCE_INTERVAL_MS: u64 = 5_000;
 
 #[derive(Debug)]
 pub struct ConfigError(pub String);
