@@ -84,29 +84,29 @@ pub struct ConnectionLimits {
 
 /// This shard's connections, for a shutdown that answers in-flight requests
 /// and then closes every connection.
-pub struct InFlight {
-    connections: Cell<usize>,
+pub struct ShardConnections {
+    open: Cell<usize>,
     /// Never has a permit: a connection waiting between requests wakes when
     /// `stop` closes it, and not before.
     stopping: Semaphore,
 }
 
-impl Default for InFlight {
+impl Default for ShardConnections {
     fn default() -> Self {
         Self {
-            connections: Cell::new(0),
+            open: Cell::new(0),
             stopping: Semaphore::new(0),
         }
     }
 }
 
-impl InFlight {
+impl ShardConnections {
     pub fn stop(&self) {
         self.stopping.close();
     }
     /// Open connections; each closes after answering its current request.
-    pub fn connections(&self) -> usize {
-        self.connections.get()
+    pub fn open(&self) -> usize {
+        self.open.get()
     }
     async fn stopped(&self) {
         let closed = self.stopping.acquire(1).await;
@@ -243,40 +243,60 @@ fn new_socket(address: SocketAddr) -> io::Result<socket2::Socket> {
     Ok(socket)
 }
 
-/// Accepts on one listener's socket of this shard, for as long as it runs.
-pub async fn accept_loop<D: Dispatcher + 'static>(
-    socket: OwnedFd,
-    listener_name: Rc<str>,
-    dispatcher: Rc<D>,
+/// One listener's side on this shard: what serves the connections it
+/// accepts.
+pub struct Listener<D> {
+    pub name: Rc<str>,
+    dispatcher: D,
     limits: ConnectionLimits,
-    in_flight: Rc<InFlight>,
-) {
-    // SAFETY: a bound, listening TCP socket this function now owns.
-    let listener = unsafe { TcpListener::from_raw_fd(socket.into_raw_fd()) };
-    loop {
-        match listener.accept().await {
-            Ok(stream) => {
-                let dispatcher = dispatcher.clone();
-                let in_flight = in_flight.clone();
-                let listener_name = listener_name.clone();
-                in_flight.connections.set(in_flight.connections.get() + 1);
-                glommio::spawn_local(async move {
-                    let peer = stream.peer_addr().ok();
-                    let served =
-                        serve_connection(stream, listener_name, &*dispatcher, limits, &in_flight);
-                    match served.await {
-                        Ok(()) => {}
-                        Err(ConnectionError::Peer(error)) => {
-                            debug!(?peer, %error, "client disconnected")
-                        }
-                        Err(ConnectionError::Protocol(reason)) => {
-                            warn!(?peer, %reason, "closing connection")
-                        }
-                    }
-                    in_flight.connections.set(in_flight.connections.get() - 1);
-                })
-                .detach();
+    connections: Rc<ShardConnections>,
+}
+
+impl<D: Dispatcher + 'static> Listener<D> {
+    pub fn new(
+        name: Rc<str>,
+        dispatcher: D,
+        limits: ConnectionLimits,
+        connections: Rc<ShardConnections>,
+    ) -> Rc<Self> {
+        Rc::new(Self {
+            name,
+            dispatcher,
+            limits,
+            connections,
+        })
+    }
+
+    /// Serves a connection on this shard until it ends.
+    pub fn serve(self: &Rc<Self>, stream: TcpStream) {
+        let listener = self.clone();
+        let connections = &listener.connections.open;
+        connections.set(connections.get() + 1);
+        glommio::spawn_local(async move {
+            let peer = stream.peer_addr().ok();
+            match serve_connection(stream, &listener).await {
+                Ok(()) => {}
+                Err(ConnectionError::Peer(error)) => {
+                    debug!(?peer, %error, "client disconnected")
+                }
+                Err(ConnectionError::Protocol(reason)) => {
+                    warn!(?peer, %reason, "closing connection")
+                }
             }
+            let connections = &listener.connections.open;
+            connections.set(connections.get() - 1);
+        })
+        .detach();
+    }
+}
+
+/// Accepts on one listener's socket of this shard, for as long as it runs.
+pub async fn accept_loop<D: Dispatcher + 'static>(socket: OwnedFd, listener: Rc<Listener<D>>) {
+    // SAFETY: a bound, listening TCP socket this function now owns.
+    let accepting = unsafe { TcpListener::from_raw_fd(socket.into_raw_fd()) };
+    loop {
+        match accepting.accept().await {
+            Ok(stream) => listener.serve(stream),
             Err(error) => {
                 // Out of descriptors, say: back off instead of spinning.
                 warn!(%error, "accept failed");
@@ -461,13 +481,11 @@ async fn send_file(stream: &mut TcpStream, records: &FileRecords) -> io::Result<
 }
 
 /// Serves one connection until the client closes it or breaks the protocol.
-async fn serve_connection(
+async fn serve_connection<D: Dispatcher>(
     mut stream: TcpStream,
-    listener_name: Rc<str>,
-    dispatcher: &impl Dispatcher,
-    limits: ConnectionLimits,
-    in_flight: &InFlight,
+    listener: &Listener<D>,
 ) -> Result<(), ConnectionError> {
+    let dispatcher = &listener.dispatcher;
     stream
         .set_nodelay(true)
         .map_err(|e| ConnectionError::Peer(io::Error::other(e.to_string())))?;
@@ -476,7 +494,7 @@ async fn serve_connection(
     // io_uring), so they are unaffected.
     set_nonblocking(stream.as_raw_fd()).map_err(ConnectionError::Peer)?;
     let connection = ConnectionInfo {
-        listener_name,
+        listener_name: listener.name.clone(),
         client_host: stream
             .peer_addr()
             .map(|address| format!("/{}", address.ip()))
@@ -485,14 +503,17 @@ async fn serve_connection(
     let ConnectionLimits {
         max_request_bytes,
         idle_timeout,
-    } = limits;
+    } = listener.limits;
     loop {
         let mut size = [0u8; 4];
         let next =
             futures_lite::future::or(async { Some(stream.read_exact(&mut size).await) }, async {
                 // Shutting down, or idle past `connections.max.idle.ms`.
-                futures_lite::future::or(in_flight.stopped(), glommio::timer::sleep(idle_timeout))
-                    .await;
+                futures_lite::future::or(
+                    listener.connections.stopped(),
+                    glommio::timer::sleep(idle_timeout),
+                )
+                .await;
                 None
             })
             .await;

@@ -38,7 +38,9 @@ use crate::metadata::zk_client::{ZkClient, ZkEventReceiver};
 use crate::metadata::znodes::BrokerIdZNode;
 use crate::metadata::zookeeper::enter_control_thread;
 use crate::metrics;
-use crate::network::{accept_loop, probe_listeners, ConnectionLimits, InFlight, ListenerSockets};
+use crate::network::{
+    accept_loop, probe_listeners, ConnectionLimits, Listener, ListenerSockets, ShardConnections,
+};
 
 /// How often a stopping shard looks whether its connections are closed.
 const DRAIN_POLL_INTERVAL: Duration = Duration::from_millis(20);
@@ -307,7 +309,7 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
                         return;
                     }
                 };
-                let in_flight = Rc::new(InFlight::default());
+                let connections = Rc::new(ShardConnections::default());
                 let limits = ConnectionLimits {
                     max_request_bytes: config.socket_request_max_bytes,
                     idle_timeout: Duration::from_millis(config.connections_max_idle_ms),
@@ -325,13 +327,9 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
                             client_apis.clone()
                         };
                         let dispatcher = RequestDispatcher::new(broker.clone(), apis);
-                        glommio::spawn_local(accept_loop(
-                            socket,
-                            Rc::from(name),
-                            Rc::new(dispatcher),
-                            limits,
-                            in_flight.clone(),
-                        ))
+                        let listener =
+                            Listener::new(Rc::from(name), dispatcher, limits, connections.clone());
+                        glommio::spawn_local(accept_loop(socket, listener))
                     })
                     .collect();
                 let metrics_server = metrics_socket.map(|socket| {
@@ -355,12 +353,12 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
                 if let Some(metrics_server) = metrics_server {
                     metrics_server.cancel().await;
                 }
-                in_flight.stop();
+                connections.stop();
                 broker.replica_manager.shutdown();
                 // Joins and syncs waiting on a rebalance are answered now.
                 broker.groups.shutdown();
                 let drain_deadline = Instant::now() + SHUTDOWN_DRAIN_TIMEOUT;
-                while in_flight.connections() > 0 && Instant::now() < drain_deadline {
+                while connections.open() > 0 && Instant::now() < drain_deadline {
                     glommio::timer::sleep(DRAIN_POLL_INTERVAL).await;
                 }
                 log_manager.shutdown().await;
