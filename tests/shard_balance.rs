@@ -1,8 +1,8 @@
-//! The shard balancer: at low load a partition follows its requests to the
-//! shard of the connection they arrive on, while an idempotent acks=all
-//! producer writes on and a consumer reads; nothing acknowledged is lost or
-//! written twice, neither client is answered with an error, and the
-//! placement holds across a restart.
+//! The shard balancer: a lightly loaded broker gathers its partitions and
+//! its connections on one shard, while an idempotent acks=all producer
+//! writes on and a consumer reads; then no request hops between shards,
+//! nothing acknowledged is lost or written twice, neither client is
+//! answered with an error, and the placement holds across a restart.
 
 mod common;
 
@@ -35,10 +35,8 @@ fn placement(broker: &Broker, topic: &str) -> BTreeMap<i32, usize> {
 }
 
 /// Reads every partition of `topic` from the start until `consuming` is
-/// cleared, on the producer's connection's shard or the other; how many
-/// records it read. Its fetches wait for a lot or for half a second: the
-/// producer's requests are most of each partition's, so the partitions
-/// follow the producer wherever the consumer's connection is.
+/// cleared, on the producer's connection's shard or the other, in an
+/// incremental fetch session; how many records it read.
 fn consume_until(
     bootstrap: String,
     topic: &'static str,
@@ -50,8 +48,6 @@ fn consume_until(
             .set("bootstrap.servers", &bootstrap)
             .set("group.id", "shard-balance")
             .set("enable.partition.eof", "false")
-            .set("fetch.min.bytes", "1000000")
-            .set("fetch.wait.max.ms", "500")
             .create()
             .unwrap();
         let mut assignment = rdkafka::TopicPartitionList::new();
@@ -72,6 +68,27 @@ fn consume_until(
     })
 }
 
+/// The sum of a metric's series whose labels include `labels`.
+fn metric(metrics_port: u16, name: &str, labels: &str) -> f64 {
+    let (_, body) = http_get(metrics_port, "/metrics");
+    body.lines()
+        .filter(|line| line.starts_with(&format!("{name}{{")) && line.contains(labels))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Produce and Fetch requests so far, and their partitions' hops to
+/// another shard.
+fn requests_and_hops(metrics_port: u16) -> (f64, f64) {
+    let count = |name, api| metric(metrics_port, name, &format!("request=\"{api}\""));
+    let requests = count("kafka_network_requestmetrics_requests_total", "Produce");
+    let hops = ["Produce", "Fetch"]
+        .iter()
+        .map(|api| count("ringbroker_requestmetrics_meshwaittimems_count", api))
+        .sum();
+    (requests, hops)
+}
+
 /// The error codes other than NONE in Produce and Fetch responses so far.
 fn produce_and_fetch_errors(metrics_port: u16) -> Vec<String> {
     let (_, body) = http_get(metrics_port, "/metrics");
@@ -84,7 +101,7 @@ fn produce_and_fetch_errors(metrics_port: u16) -> Vec<String> {
 }
 
 #[test]
-fn partitions_follow_their_producer_to_its_shard_and_lose_nothing() {
+fn a_lightly_loaded_broker_gathers_on_one_shard_and_loses_nothing() {
     let metrics_port = free_port();
     let mut broker = Broker::start(&[
         "ringbroker.cores=0,1",
@@ -100,7 +117,7 @@ fn partitions_follow_their_producer_to_its_shard_and_lose_nothing() {
         "placed two a shard: {placed:?}"
     );
 
-    // One producer: one connection, on one shard.
+    // The producer's and the consumer's connections each on either shard.
     let producing = Arc::new(AtomicBool::new(true));
     let producer = produce_until(broker.address(), "balanced", producing.clone());
     let consuming = Arc::new(AtomicBool::new(true));
@@ -114,8 +131,14 @@ fn partitions_follow_their_producer_to_its_shard_and_lose_nothing() {
         },
     );
     assert!(broker.log().contains("moved partition to another shard"));
-    // Writes go on where the partitions now live.
+    // The connections gather there too, each after its request in flight:
+    // from then on no request's partitions are on another shard.
     std::thread::sleep(Duration::from_secs(2));
+    let (requests_before, hops_before) = requests_and_hops(metrics_port);
+    std::thread::sleep(Duration::from_secs(2));
+    let (requests, hops) = requests_and_hops(metrics_port);
+    assert!(requests > requests_before, "the producer writes on");
+    assert_eq!(hops, hops_before, "no request hops between shards");
     producing.store(false, Ordering::Release);
     let (acked, errors) = producer.join().unwrap();
     assert!(errors.is_empty(), "delivery errors: {errors:?}");

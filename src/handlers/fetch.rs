@@ -111,6 +111,9 @@ pub async fn handle(
             (Mode::Full { open_session: true }, requested)
         }
         (id, epoch) => {
+            if !ctx.broker.fetch_sessions.borrow().contains(id) {
+                ctx.broker.claim_fetch_session(id).await;
+            }
             let mut sessions = ctx.broker.fetch_sessions.borrow_mut();
             let Some(session) = sessions.get_mut(id) else {
                 return refused(FETCH_SESSION_ID_NOT_FOUND);

@@ -42,6 +42,7 @@ mod sync_group;
 mod update_metadata;
 
 use std::future::Future;
+use std::os::fd::OwnedFd;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::time::Instant;
@@ -399,6 +400,24 @@ impl Dispatcher for RequestDispatcher {
             times: times.clone(),
         };
         (api.serve)(&ctx, frame, version).await
+    }
+
+    async fn send_connection(&self, shard: usize, listener_name: &str, socket: OwnedFd) {
+        let listener_name = listener_name.to_owned();
+        let sent = self
+            .broker
+            .mesh()
+            .invoke_on(
+                shard,
+                &self.broker,
+                move |broker: Rc<ShardBroker>| async move {
+                    broker.adopt_connection(&listener_name, socket)
+                },
+            )
+            .await;
+        if sent.is_err() {
+            debug!(shard, "a connection's new shard is stopping; closed");
+        }
     }
 
     fn request_refused(&self, api_key: i16) {

@@ -86,6 +86,10 @@ pub struct ShardGauges {
     /// Time the shard's thread was runnable but waited for a CPU, since
     /// start: the kernel's share of a tail (another process on its core).
     pub runqueue_wait_seconds: f64,
+    /// Connections served here now.
+    pub connections: u64,
+    /// Connections other shards sent here, since start.
+    pub connections_moved_in: u64,
 }
 
 /// This thread's time waiting on a run queue (schedstat's second field), or
@@ -228,6 +232,7 @@ impl ShardMetrics {
         shard: usize,
         stats: &glommio::ExecutorStats,
         mesh_jobs_in_flight: u64,
+        (connections, connections_moved_in): (u64, u64),
     ) -> (
         HashMap<String, TopicCounters>,
         BTreeMap<i16, RequestStats>,
@@ -252,6 +257,8 @@ impl ShardMetrics {
                 },
                 mesh_jobs_in_flight,
                 runqueue_wait_seconds: runqueue_wait_seconds(),
+                connections,
+                connections_moved_in,
             },
         )
     }
@@ -567,6 +574,18 @@ pub fn render(
             "gauge",
             "Jobs from other shards running on a shard.",
             |s: &ShardGauges| s.mesh_jobs_in_flight as f64,
+        ),
+        (
+            "ringbroker_shard_connections",
+            "gauge",
+            "Connections a shard serves.",
+            |s: &ShardGauges| s.connections as f64,
+        ),
+        (
+            "ringbroker_shard_connections_moved_in_total",
+            "counter",
+            "Connections other shards handed to a shard (gathering a lightly loaded broker on one).",
+            |s: &ShardGauges| s.connections_moved_in as f64,
         ),
     ] {
         let name = header(&mut out, name, kind, help);

@@ -1,15 +1,17 @@
 //! The listeners: for each, every shard has its own socket on the same address
 //! (SO_REUSEPORT), so the kernel spreads connections over shards. A connection
-//! is served by the shard that accepted it, one request at a time as Kafka does
-//! (it mutes a channel while a request is in flight), so pipelined requests are
-//! answered in order and each connection has one request in flight.
+//! is served by the shard that accepted it (or, between two requests, handed
+//! to another when the broker gathers on one shard), one request at a time as
+//! Kafka does (it mutes a channel while a request is in flight), so pipelined
+//! requests are answered in order and each connection has one request in
+//! flight.
 
 pub mod broker_connection;
 
 use std::cell::Cell;
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -61,6 +63,9 @@ pub trait Dispatcher {
     ) -> Result<Outcome, FrameError>;
     /// A request whose API or version is not served: the connection closes.
     fn request_refused(&self, api_key: i16);
+    /// Hands a connection's socket to shard `shard` of this broker, to be
+    /// served there by its listener of the same name.
+    async fn send_connection(&self, shard: usize, listener_name: &str, socket: OwnedFd);
     /// A request answered: its response complete at `responded`, sent from
     /// `send_started` until now.
     fn request_answered(
@@ -82,10 +87,16 @@ pub struct ConnectionLimits {
     pub idle_timeout: Duration,
 }
 
-/// This shard's connections, for a shutdown that answers in-flight requests
-/// and then closes every connection.
+/// This shard's connections: where they go when the broker gathers its work
+/// on another shard, and a shutdown that answers in-flight requests and then
+/// closes every connection.
 pub struct ShardConnections {
     open: Cell<usize>,
+    /// Connections moved here from other shards, since start.
+    moved_in: Cell<u64>,
+    /// The shard every connection here moves to before its next request
+    /// (`ShardBalancer`, gathering a lightly loaded broker on one shard).
+    send_to: Cell<Option<usize>>,
     /// Never has a permit: a connection waiting between requests wakes when
     /// `stop` closes it, and not before.
     stopping: Semaphore,
@@ -95,6 +106,8 @@ impl Default for ShardConnections {
     fn default() -> Self {
         Self {
             open: Cell::new(0),
+            moved_in: Cell::new(0),
+            send_to: Cell::new(None),
             stopping: Semaphore::new(0),
         }
     }
@@ -107,6 +120,14 @@ impl ShardConnections {
     /// Open connections; each closes after answering its current request.
     pub fn open(&self) -> usize {
         self.open.get()
+    }
+    pub fn moved_in(&self) -> u64 {
+        self.moved_in.get()
+    }
+    /// From now on each connection here goes to `shard` (None: stays)
+    /// between two of its requests.
+    pub fn send_to(&self, shard: Option<usize>) {
+        self.send_to.set(shard);
     }
     async fn stopped(&self) {
         let closed = self.stopping.acquire(1).await;
@@ -267,7 +288,7 @@ impl<D: Dispatcher + 'static> Listener<D> {
         })
     }
 
-    /// Serves a connection on this shard until it ends.
+    /// Serves a connection on this shard until it ends or moves to another.
     pub fn serve(self: &Rc<Self>, stream: TcpStream) {
         let listener = self.clone();
         let connections = &listener.connections.open;
@@ -275,7 +296,8 @@ impl<D: Dispatcher + 'static> Listener<D> {
         glommio::spawn_local(async move {
             let peer = stream.peer_addr().ok();
             match serve_connection(stream, &listener).await {
-                Ok(()) => {}
+                Ok(Served::Closed) => {}
+                Ok(Served::Moving(shard, stream)) => listener.send(shard, stream).await,
                 Err(ConnectionError::Peer(error)) => {
                     debug!(?peer, %error, "client disconnected")
                 }
@@ -287,6 +309,36 @@ impl<D: Dispatcher + 'static> Listener<D> {
             connections.set(connections.get() - 1);
         })
         .detach();
+    }
+}
+
+impl<D: Dispatcher> Listener<D> {
+    /// A connection between two requests goes to another shard: nothing of
+    /// it is buffered here, so its socket is all there is to hand over. If
+    /// that shard is stopping, the connection closes (its client reconnects).
+    async fn send(&self, shard: usize, stream: TcpStream) {
+        // SAFETY: `stream` owns this descriptor until it is dropped below.
+        let socket = unsafe { BorrowedFd::borrow_raw(stream.as_raw_fd()) }.try_clone_to_owned();
+        drop(stream);
+        match socket {
+            Ok(socket) => {
+                self.dispatcher
+                    .send_connection(shard, &self.name, socket)
+                    .await
+            }
+            Err(error) => warn!(%error, "cannot hand a connection to another shard; closing it"),
+        }
+    }
+
+    /// Serves a connection another shard sent here.
+    pub fn adopt(self: &Rc<Self>, socket: OwnedFd)
+    where
+        D: 'static,
+    {
+        let moved_in = &self.connections.moved_in;
+        moved_in.set(moved_in.get() + 1);
+        // SAFETY: a connected TCP socket this function now owns.
+        self.serve(unsafe { TcpStream::from_raw_fd(socket.into_raw_fd()) });
     }
 }
 
@@ -304,6 +356,14 @@ pub async fn accept_loop<D: Dispatcher + 'static>(socket: OwnedFd, listener: Rc<
             }
         }
     }
+}
+
+/// How a connection's service on this shard ended, short of an error.
+enum Served {
+    /// The client hung up, sat idle too long, or the shard is stopping.
+    Closed,
+    /// It goes on on another shard.
+    Moving(usize, TcpStream),
 }
 
 /// Why a connection ended early.
@@ -484,7 +544,7 @@ async fn send_file(stream: &mut TcpStream, records: &FileRecords) -> io::Result<
 async fn serve_connection<D: Dispatcher>(
     mut stream: TcpStream,
     listener: &Listener<D>,
-) -> Result<(), ConnectionError> {
+) -> Result<Served, ConnectionError> {
     let dispatcher = &listener.dispatcher;
     stream
         .set_nodelay(true)
@@ -505,6 +565,9 @@ async fn serve_connection<D: Dispatcher>(
         idle_timeout,
     } = listener.limits;
     loop {
+        if let Some(shard) = listener.connections.send_to.get() {
+            return Ok(Served::Moving(shard, stream));
+        }
         let mut size = [0u8; 4];
         let next =
             futures_lite::future::or(async { Some(stream.read_exact(&mut size).await) }, async {
@@ -519,7 +582,7 @@ async fn serve_connection<D: Dispatcher>(
             .await;
         match next {
             // Shutting down or idle between requests: close quietly, as Kafka does.
-            None => return Ok(()),
+            None => return Ok(Served::Closed),
             Some(Ok(())) => {}
             // A client hanging up between requests is the normal end.
             Some(Err(error))
@@ -528,7 +591,7 @@ async fn serve_connection<D: Dispatcher>(
                     std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::ConnectionReset
                 ) =>
             {
-                return Ok(())
+                return Ok(Served::Closed)
             }
             Some(Err(error)) => return Err(ConnectionError::Peer(error)),
         }

@@ -5,6 +5,7 @@
 use std::cell::{Cell, OnceCell, RefCell};
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::os::fd::OwnedFd;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -25,10 +26,12 @@ use super::producer_id_manager::ProducerIdManager;
 use super::shard_balancer::{thread_cpu_time, ShardTraffic};
 use crate::config::BrokerConfig;
 use crate::coordinator::group::{partition_for, GroupCoordinator, GROUP_METADATA_TOPIC_NAME};
+use crate::handlers::RequestDispatcher;
 use crate::metadata::image::MetadataImage;
 use crate::metrics::request_metrics::Phase;
 use crate::metrics::slow_requests::ShardSlowRequests;
 use crate::metrics::{ControllerGauges, LogGauges, MetricsSnapshot, ShardMetrics};
+use crate::network::{Listener, ShardConnections};
 use crate::protocol::ResponseError;
 use crate::replication::quota::ReplicationQuotas;
 use crate::replication::{
@@ -75,6 +78,14 @@ pub struct ShardBroker {
     /// Logs of this shard moving to another log dir (AlterReplicaLogDirs),
     /// with the index of that dir.
     moving_logs: RefCell<BTreeMap<TopicPartition, usize>>,
+    /// This shard's listeners and connections, while it serves.
+    network: RefCell<Option<ShardNetwork>>,
+}
+
+/// This shard's side of the broker's listeners, and its connections.
+pub struct ShardNetwork {
+    pub connections: Rc<ShardConnections>,
+    pub listeners: Vec<Rc<Listener<RequestDispatcher>>>,
 }
 
 impl ShardBroker {
@@ -117,6 +128,7 @@ impl ShardBroker {
             producer_ids: ProducerIdManager::default(),
             applying_image: Semaphore::new(1),
             moving_logs: RefCell::new(BTreeMap::new()),
+            network: RefCell::new(None),
         }
     }
 
@@ -135,10 +147,18 @@ impl ShardBroker {
 
     /// What this shard reports to a metrics scrape.
     pub fn metrics_snapshot(&self) -> MetricsSnapshot {
+        let (connections, connections_moved_in) =
+            self.network.borrow().as_ref().map_or((0, 0), |network| {
+                (
+                    network.connections.open() as u64,
+                    network.connections.moved_in(),
+                )
+            });
         let (topics, requests, shard) = self.metrics.snapshot(
             self.shard_id,
             &glommio::executor().executor_stats(),
             self.mesh().jobs_in_flight(),
+            (connections, connections_moved_in),
         );
         let logs: Vec<LogGauges> = self
             .log_manager
@@ -193,6 +213,63 @@ impl ShardBroker {
             requests,
             activities,
             activities_since,
+        }
+    }
+
+    /// The shard serves its listeners from now on, until `close_network`.
+    pub fn set_network(&self, network: ShardNetwork) {
+        assert!(
+            self.network.replace(Some(network)).is_none(),
+            "listeners set twice"
+        );
+    }
+
+    /// The shard stops serving: its listeners (which hold the broker) go.
+    pub fn close_network(&self) {
+        self.network.take();
+    }
+
+    /// Serves a connection another shard sent here, on this shard's side of
+    /// its listener; a stopping shard closes it.
+    pub fn adopt_connection(&self, listener_name: &str, socket: OwnedFd) {
+        let network = self.network.borrow();
+        let listener = network.as_ref().and_then(|network| {
+            network
+                .listeners
+                .iter()
+                .find(|listener| &*listener.name == listener_name)
+        });
+        if let Some(listener) = listener {
+            listener.adopt(socket);
+        }
+    }
+
+    /// A fetch session this shard does not have, from the shard that has it:
+    /// its connection moved here since (`send_connections_to`). Without it,
+    /// the fetch is answered FETCH_SESSION_ID_NOT_FOUND, as for any unknown id.
+    pub async fn claim_fetch_session(self: &Rc<Self>, id: i32) {
+        let others = (0..self.config.cores.len()).filter(|shard| *shard != self.shard_id);
+        let claims = others.map(|shard| {
+            self.mesh()
+                .invoke_on(shard, self, move |broker: Rc<ShardBroker>| async move {
+                    broker.fetch_sessions.borrow_mut().take(id)
+                })
+        });
+        for session in join_all(claims).await.into_iter().flatten().flatten() {
+            self.fetch_sessions.borrow_mut().adopt(session);
+        }
+    }
+
+    /// Every connection of this shard goes to `shard` (None: stays) before
+    /// its next request.
+    pub fn send_connections_to(&self, shard: Option<usize>) {
+        assert_ne!(
+            shard,
+            Some(self.shard_id),
+            "a connection moves to another shard"
+        );
+        if let Some(network) = &*self.network.borrow() {
+            network.connections.send_to(shard);
         }
     }
 

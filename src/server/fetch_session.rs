@@ -72,13 +72,8 @@ impl FetchSessionCache {
         partitions: BTreeMap<SessionKey, CachedPartition>,
         stride: i32,
     ) -> Option<i32> {
-        if self.sessions.len() >= self.max_sessions {
-            let oldest = self.sessions.values().min_by_key(|s| s.last_used)?;
-            if oldest.last_used.elapsed() < EVICTABLE_AFTER {
-                return None;
-            }
-            let oldest = oldest.id;
-            self.sessions.remove(&oldest);
+        if !self.make_room() {
+            return None;
         }
         let id = self.next_id;
         self.next_id = self.next_id.checked_add(stride).unwrap_or(1).max(1);
@@ -92,6 +87,43 @@ impl FetchSessionCache {
             },
         );
         Some(id)
+    }
+
+    /// A slot for one more session: a free one, or one idle for
+    /// `EVICTABLE_AFTER`, as in Kafka.
+    fn make_room(&mut self) -> bool {
+        if self.sessions.len() < self.max_sessions {
+            return true;
+        }
+        let Some(oldest) = self.sessions.values().min_by_key(|s| s.last_used) else {
+            return false;
+        };
+        if oldest.last_used.elapsed() < EVICTABLE_AFTER {
+            return false;
+        }
+        let oldest = oldest.id;
+        self.sessions.remove(&oldest);
+        true
+    }
+
+    /// A session another shard gave up, its connection now served here
+    /// (its id keeps the other shard's residue, so no id here clashes);
+    /// false if there is no room for it.
+    pub fn adopt(&mut self, session: FetchSession) -> bool {
+        if !self.make_room() {
+            return false;
+        }
+        assert!(self.sessions.insert(session.id, session).is_none());
+        true
+    }
+
+    /// Gives a session up to another shard.
+    pub fn take(&mut self, id: i32) -> Option<FetchSession> {
+        self.sessions.remove(&id)
+    }
+
+    pub fn contains(&self, id: i32) -> bool {
+        self.sessions.contains_key(&id)
     }
 
     pub fn get_mut(&mut self, id: i32) -> Option<&mut FetchSession> {
@@ -147,5 +179,26 @@ mod tests {
         assert!(FetchSessionCache::new(0, 1)
             .create(BTreeMap::new(), 1)
             .is_none());
+    }
+
+    #[test]
+    fn a_session_moves_to_another_shard_with_its_partitions_and_epoch() {
+        let (mut first, mut second) = (FetchSessionCache::new(2, 1), FetchSessionCache::new(1, 2));
+        let id = first
+            .create(BTreeMap::from([(("t".into(), 0), partition())]), 2)
+            .unwrap();
+        first.get_mut(id).unwrap().next_epoch = 7;
+        let session = first.take(id).unwrap();
+        assert!(!first.contains(id) && first.take(id).is_none());
+        assert!(second.adopt(session));
+        let adopted = second.get_mut(id).unwrap();
+        assert_eq!((adopted.next_epoch, adopted.partitions.len()), (7, 1));
+        // Its own sessions keep their residue: no clash with the adopted id.
+        assert!(
+            second.create(BTreeMap::new(), 2).is_none(),
+            "full, and in use"
+        );
+        let other = first.create(BTreeMap::new(), 2).unwrap();
+        assert!(!second.adopt(first.take(other).unwrap()), "no room");
     }
 }

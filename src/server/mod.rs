@@ -25,7 +25,7 @@ use shards::runtime::{
 };
 use tracing::{info, warn};
 
-use self::broker::ShardBroker;
+use self::broker::{ShardBroker, ShardNetwork};
 use self::control::{
     build_control_channels, ApplyImage, ControlClient, ControlEnds, ControlPlane, ShardControlEnds,
 };
@@ -318,7 +318,7 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
                 // the controller's requests only on the inter-broker one.
                 let client_apis = Rc::new(ApiTable::client());
                 let inter_broker_apis = Rc::new(ApiTable::inter_broker());
-                let acceptors: Vec<_> = sockets
+                let (listeners, acceptors): (Vec<_>, Vec<_>) = sockets
                     .into_iter()
                     .map(|(name, socket)| {
                         let apis = if name == config.inter_broker_listener_name {
@@ -329,9 +329,14 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
                         let dispatcher = RequestDispatcher::new(broker.clone(), apis);
                         let listener =
                             Listener::new(Rc::from(name), dispatcher, limits, connections.clone());
-                        glommio::spawn_local(accept_loop(socket, listener))
+                        let acceptor = glommio::spawn_local(accept_loop(socket, listener.clone()));
+                        (listener, acceptor)
                     })
-                    .collect();
+                    .unzip();
+                broker.set_network(ShardNetwork {
+                    connections: connections.clone(),
+                    listeners,
+                });
                 let metrics_server = metrics_socket.map(|socket| {
                     // SAFETY: a bound, listening TCP socket this shard now owns.
                     let listener =
@@ -353,6 +358,7 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
                 if let Some(metrics_server) = metrics_server {
                     metrics_server.cancel().await;
                 }
+                broker.close_network();
                 connections.stop();
                 broker.replica_manager.shutdown();
                 // Joins and syncs waiting on a rebalance are answered now.

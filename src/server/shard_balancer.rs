@@ -6,12 +6,15 @@
 //! `ringbroker.shard.balance.interval.ms` shard 0 asks each shard how busy
 //! its thread was and where each partition it leads had its requests come
 //! from, and:
+//! - a broker using under `GATHER_MAX_BUSY` of a core in all fits on one
+//!   shard: its partitions and its connections gather on the shard most of
+//!   its requests already meet, and the other shards sleep;
 //! - a shard over `SPREAD_MIN_BUSY` of a core gives partitions to the least
 //!   busy shard, the costliest first, while that evens them;
 //! - otherwise a partition whose requests come mostly from one other shard
 //!   follows them there, if that shard stays under `AFFINITY_MAX_BUSY`.
 //!
-//! The gap between the two bounds keeps a partition from going back and forth.
+//! The gaps between the bounds keep a partition from going back and forth.
 //! A move hands the partition's log from shard to shard inside the process
 //! (`ReplicaManager::hand_off`): no copy, no flush, its idempotent producers
 //! with it; requests that meet it on the way are sent on (`on_partitions`).
@@ -30,6 +33,10 @@ use crate::replication::REQUEST_SHARE_UNITS;
 /// A shard taking partitions for their requests' sake stays under this
 /// much of a core.
 const AFFINITY_MAX_BUSY: f64 = 0.5;
+
+/// A broker whose shards together use less than this much of a core
+/// gathers on one of them.
+const GATHER_MAX_BUSY: f64 = 0.5;
 
 /// A shard busier than this gives partitions to the least busy one.
 const SPREAD_MIN_BUSY: f64 = 0.8;
@@ -87,6 +94,65 @@ pub struct ShardMove {
     pub tp: TopicPartition,
     pub from: usize,
     pub to: usize,
+}
+
+/// What a round does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoundPlan {
+    pub moves: Vec<ShardMove>,
+    /// The shard the broker gathers on: every connection of the others goes
+    /// there. None: connections stay where they are.
+    pub gather_on: Option<usize>,
+}
+
+/// A round's plan: gathering on one shard while the whole broker uses less
+/// than `GATHER_MAX_BUSY` of a core (on `gathered_on` if it was already,
+/// unless another shard now meets more of the requests), else
+/// `plan_moves`.
+pub fn plan_round(
+    busy: &[f64],
+    partitions: &[PartitionTraffic],
+    min_requests: u64,
+    gathered_on: Option<usize>,
+) -> RoundPlan {
+    if busy.iter().sum::<f64>() >= GATHER_MAX_BUSY {
+        return RoundPlan {
+            moves: plan_moves(busy, partitions, min_requests),
+            gather_on: None,
+        };
+    }
+    // Each shard's share of the requests: those arriving on its connections
+    // and those for its partitions.
+    let mut met = vec![0u64; busy.len()];
+    for partition in partitions {
+        met[partition.shard] += partition.requests();
+        for (shard, requests) in partition.requests_by_shard.iter().enumerate() {
+            met[shard] += requests;
+        }
+    }
+    let home = (0..busy.len())
+        .max_by_key(|shard| {
+            (
+                met[*shard],
+                Some(*shard) == gathered_on,
+                std::cmp::Reverse(*shard),
+            )
+        })
+        .expect("a shard at least");
+    let moves = partitions
+        .iter()
+        .filter(|partition| partition.shard != home && partition.requests() >= min_requests.max(1))
+        .take(MAX_MOVES_PER_ROUND)
+        .map(|partition| ShardMove {
+            tp: partition.tp.clone(),
+            from: partition.shard,
+            to: home,
+        })
+        .collect();
+    RoundPlan {
+        moves,
+        gather_on: Some(home),
+    }
 }
 
 /// The moves for a round, from each shard's busy share of a core (`busy`,
@@ -188,6 +254,7 @@ pub fn start(broker: Rc<ShardBroker>) {
             return;
         };
         let mut cpu_times: Vec<Duration> = first.iter().map(|t| t.cpu_time).collect();
+        let mut gathered_on = None;
         loop {
             glommio::timer::sleep(interval).await;
             let Some((now, traffic)) = ask_shards(&broker, nr_shards).await else {
@@ -218,7 +285,15 @@ pub fn start(broker: Rc<ShardBroker>) {
             let min_requests =
                 (MIN_REQUESTS_PER_SECOND_TO_MOVE * elapsed * REQUEST_SHARE_UNITS as f64) as u64;
             debug!(?busy, ?partitions, "shard balancing round");
-            for ShardMove { tp, from, to } in plan_moves(&busy, &partitions, min_requests) {
+            let plan = plan_round(&busy, &partitions, min_requests, gathered_on);
+            if plan.gather_on != gathered_on {
+                info!(shard = ?plan.gather_on, ?busy, "connections gather on one shard");
+                gathered_on = plan.gather_on;
+                if !send_connections(&broker, nr_shards, gathered_on).await {
+                    return; // the shards are stopping
+                }
+            }
+            for ShardMove { tp, from, to } in plan.moves {
                 move_partition(&broker, tp, from, to).await;
             }
         }
@@ -241,6 +316,24 @@ async fn ask_shards(
     });
     let traffic = join_all(asked).await.into_iter().collect::<Result<_, _>>();
     Some((Instant::now(), traffic.ok()?))
+}
+
+/// Has every shard but `gather_on` send its connections there (None: each
+/// keeps its own); false once the shards are stopping.
+async fn send_connections(
+    broker: &Rc<ShardBroker>,
+    nr_shards: usize,
+    gather_on: Option<usize>,
+) -> bool {
+    let sent = (0..nr_shards).map(|shard| {
+        let to = gather_on.filter(|home| *home != shard);
+        broker
+            .mesh()
+            .invoke_on(shard, broker, move |broker: Rc<ShardBroker>| async move {
+                broker.send_connections_to(to)
+            })
+    });
+    join_all(sent).await.into_iter().all(|sent| sent.is_ok())
 }
 
 /// One move: shard `from` hands the partition's log off, the control plane
@@ -303,16 +396,47 @@ mod tests {
     }
 
     #[test]
-    fn at_low_load_partitions_follow_their_requests() {
-        // One producer's connection on shard 1; the partitions are split.
+    fn a_lightly_loaded_broker_gathers_on_the_shard_meeting_most_requests() {
+        // A producer's connection on shard 0, a consumer's on shard 1, each
+        // partition asked for from both; shard 0 meets a little more.
+        let partitions = [
+            traffic(0, 0, &[600, 400]),
+            traffic(1, 1, &[600, 400]),
+            traffic(2, 0, &[590, 410]),
+            traffic(3, 1, &[610, 390]),
+            traffic(4, 1, &[5]), // too few requests to be worth a move
+        ];
+        let plan = plan_round(&[0.15, 0.2], &partitions, 10, None);
+        assert_eq!(plan.gather_on, Some(0));
+        assert_eq!(moved(&plan.moves), vec![(1, 1, 0), (3, 1, 0)]);
+        // Gathered, it stays; an idle broker stays where it gathered.
+        let gathered = [traffic(0, 0, &[1000]), traffic(1, 0, &[1000])];
+        let plan = plan_round(&[0.3, 0.0], &gathered, 10, Some(0));
+        assert_eq!((plan.gather_on, plan.moves.len()), (Some(0), 0));
+        assert_eq!(plan_round(&[0.0, 0.0], &[], 10, Some(1)).gather_on, Some(1));
+        assert_eq!(plan_round(&[0.0, 0.0], &[], 10, None).gather_on, Some(0));
+    }
+
+    #[test]
+    fn a_busier_broker_stops_gathering() {
+        let partitions = [traffic(0, 0, &[1000, 0]), traffic(1, 1, &[0, 1000])];
+        let plan = plan_round(&[0.3, 0.3], &partitions, 10, Some(0));
+        assert_eq!(plan.gather_on, None);
+        assert_eq!(plan.moves, plan_moves(&[0.3, 0.3], &partitions, 10));
+    }
+
+    #[test]
+    fn partitions_follow_their_requests_while_the_shard_has_room() {
+        // One producer's connection on shard 1; the partitions are split,
+        // each of shard 0's costing 0.1 of a core.
         let partitions = [
             traffic(0, 0, &[0, 2000]),
             traffic(1, 1, &[0, 2000]),
             traffic(2, 0, &[0, 2000]),
             traffic(3, 1, &[0, 2000]),
         ];
-        let moves = plan_moves(&[0.05, 0.12], &partitions, 10);
-        assert_eq!(moved(&moves), vec![(0, 0, 1), (2, 0, 1)]);
+        let moves = plan_moves(&[0.2, 0.3], &partitions, 10);
+        assert_eq!(moved(&moves), vec![(0, 0, 1)]);
     }
 
     #[test]
