@@ -79,12 +79,12 @@ pub async fn handle(
         None => image
             .topics
             .values()
-            .map(|t| topic_response(&image, t, version))
+            .map(|t| topic_response(&image, t, &ctx.listener_name, version))
             .collect(),
         Some(names) => names
             .iter()
             .map(|name| match image.topic(name) {
-                Some(topic) => topic_response(&image, topic, version),
+                Some(topic) => topic_response(&image, topic, &ctx.listener_name, version),
                 None => {
                     let code = if created.contains(name) {
                         // Kafka's answer for a topic it is creating.
@@ -124,8 +124,9 @@ pub async fn handle(
 }
 
 fn topic_response(
-    _image: &MetadataImage,
+    image: &MetadataImage,
     topic: &TopicImage,
+    listener_name: &str,
     version: i16,
 ) -> MetadataResponseTopic {
     let partitions = topic
@@ -133,10 +134,23 @@ fn topic_response(
         .iter()
         .enumerate()
         .map(|(index, p)| {
+            // Kafka's answer for a leader that is not a live broker on this
+            // listener (killed, and not yet replaced by the controller): no
+            // leader, LEADER_NOT_AVAILABLE, so a client waits for the
+            // election instead of a broker the same answer does not list.
+            let leader_listed = image
+                .brokers
+                .get(&p.leader)
+                .is_some_and(|broker| broker.endpoint(listener_name).is_some());
+            let (error_code, leader) = if leader_listed {
+                (0, p.leader)
+            } else {
+                (ResponseError::LeaderNotAvailable.code(), -1)
+            };
             let mut partition = MetadataResponsePartition::default()
-                .with_error_code(0)
+                .with_error_code(error_code)
                 .with_partition_index(index as i32)
-                .with_leader_id(BrokerId(p.leader))
+                .with_leader_id(BrokerId(leader))
                 .with_replica_nodes(p.replicas.iter().map(|r| BrokerId(*r)).collect())
                 .with_isr_nodes(p.isr.iter().map(|r| BrokerId(*r)).collect());
             if version >= 7 {
