@@ -2,7 +2,8 @@
 //! its connections on one shard, while an idempotent acks=all producer
 //! writes on and a consumer reads; then no request hops between shards,
 //! nothing acknowledged is lost or written twice, neither client is
-//! answered with an error, and the placement holds across a restart.
+//! answered with an error, and the placement holds across a restart, after
+//! which a new topic is placed on the shard the broker gathered on.
 
 mod common;
 
@@ -103,19 +104,26 @@ fn produce_and_fetch_errors(metrics_port: u16) -> Vec<String> {
 #[test]
 fn a_lightly_loaded_broker_gathers_on_one_shard_and_loses_nothing() {
     let metrics_port = free_port();
+    let metrics = format!("ringbroker.metrics.port={metrics_port}");
+    // Placed while nothing balances: two a shard. (A broker gathered on a
+    // shard would place them all there.)
     let mut broker = Broker::start(&[
         "ringbroker.cores=0,1",
-        "ringbroker.shard.balance.interval.ms=500",
-        &format!("ringbroker.metrics.port={metrics_port}"),
+        "ringbroker.shard.balance.interval.ms=0",
     ]);
-    let mut client = Client::connect(&broker.address());
-    client.create_topic("balanced", 4);
+    Client::connect(&broker.address()).create_topic("balanced", 4);
     let placed = placement(&broker, "balanced");
     assert_eq!(
         placed.values().filter(|shard| **shard == 0).count(),
         2,
         "placed two a shard: {placed:?}"
     );
+    broker.stop();
+    broker.restart_with(&[
+        "ringbroker.cores=0,1",
+        "ringbroker.shard.balance.interval.ms=500",
+        &metrics,
+    ]);
 
     // The producer's and the consumer's connections each on either shard.
     let producing = Arc::new(AtomicBool::new(true));
@@ -155,4 +163,19 @@ fn a_lightly_loaded_broker_gathers_on_one_shard_and_loses_nothing() {
     broker.restart();
     assert_eq!(placement(&broker, "balanced"), moved);
     check_acknowledged(&acked, &read_all(&broker.address(), "balanced"));
+
+    // Gathered again where its partitions are, the broker places a new
+    // topic's partitions on that shard.
+    wait(
+        Duration::from_secs(10),
+        "gathering after the restart",
+        || broker.log().contains("gathering on one shard"),
+    );
+    Client::connect(&broker.address()).create_topic("gathered", 4);
+    let placed = placement(&broker, "gathered");
+    let shard = moved[&0];
+    assert!(
+        placed.values().all(|s| *s == shard),
+        "{placed:?} on {shard}"
+    );
 }

@@ -89,6 +89,12 @@ pub enum ControlRequest {
         shard: usize,
         reply: oneshot::Sender<Result<(), ApiError>>,
     },
+    /// From the shard balancer: the shard this broker gathers on while
+    /// lightly loaded (None: it does not), where new replicas go.
+    GatherOnShard {
+        shard: Option<usize>,
+        reply: oneshot::Sender<()>,
+    },
     /// To the controller: a block of producer ids for a broker.
     AllocateProducerIds {
         broker_id: i32,
@@ -402,6 +408,12 @@ impl ControlClient {
             .await?
     }
 
+    /// New replicas go to `shard` from now on (None: to the least loaded).
+    pub async fn gather_on_shard(&self, shard: Option<usize>) -> Result<(), ApiError> {
+        self.ask(|reply| ControlRequest::GatherOnShard { shard, reply })
+            .await
+    }
+
     pub async fn alter_configs(
         &self,
         entity: ConfigEntity,
@@ -556,6 +568,8 @@ pub struct ControlPlane<Z> {
     /// The shard the next image goes to before the others: a moved
     /// replica's new shard serves it before any other shard sends it there.
     apply_first: Option<usize>,
+    /// Where new replicas go while the broker gathers on one shard.
+    gathered_on: Option<usize>,
     leader_rebalance: LeaderRebalanceConfig,
     /// This broker's dynamic configs, for the images.
     dynamic_broker_configs: Arc<DynamicBrokerConfigs>,
@@ -626,6 +640,7 @@ impl<Z: ZkClient> ControlPlane<Z> {
             broker_id,
             image_version: 0,
             apply_first: None,
+            gathered_on: None,
         };
         plane.load_dynamic_broker_configs().await;
         Ok(plane)
@@ -691,7 +706,7 @@ impl<Z: ZkClient> ControlPlane<Z> {
         image.broker_epoch = self.broker_epoch;
         image.dynamic_broker_configs = self.dynamic_broker_configs.clone();
         let partitions: Vec<TopicPartition> = replicas.iter().map(|(tp, ..)| tp.clone()).collect();
-        let shards = match self.placement.assign_all(&partitions) {
+        let shards = match self.placement.assign_all(&partitions, self.gathered_on) {
             Ok(shards) => shards,
             Err(error) => {
                 warn!(%error, "cannot persist shard placement; replicas stay unplaced");
@@ -1030,6 +1045,15 @@ impl<Z: ZkClient> ControlPlane<Z> {
             ControlRequest::AllocateProducerId { reply } => {
                 let result = self.controller.allocate_producer_id().await;
                 (false, Box::new(move || drop(reply.send(result))))
+            }
+            ControlRequest::GatherOnShard { shard, reply } => {
+                self.gathered_on = shard;
+                (
+                    false,
+                    Box::new(move || {
+                        let _ = reply.send(());
+                    }),
+                )
             }
             ControlRequest::MoveReplicaToShard { tp, shard, reply } => {
                 let result = self.placement.move_to(&tp, shard).map_err(|error| {

@@ -106,9 +106,9 @@ pub struct RoundPlan {
 }
 
 /// A round's plan: gathering on one shard while the whole broker uses less
-/// than `GATHER_MAX_BUSY` of a core (on `gathered_on` if it was already,
-/// unless another shard now meets more of the requests), else
-/// `plan_moves`.
+/// than `GATHER_MAX_BUSY` of a core (the one meeting most requests; on a tie
+/// `gathered_on` if it was already, else the one leading most partitions),
+/// else `plan_moves`.
 pub fn plan_round(
     busy: &[f64],
     partitions: &[PartitionTraffic],
@@ -122,10 +122,12 @@ pub fn plan_round(
         };
     }
     // Each shard's share of the requests: those arriving on its connections
-    // and those for its partitions.
+    // and those for its partitions; then (an idle broker) its partitions.
     let mut met = vec![0u64; busy.len()];
+    let mut led = vec![0usize; busy.len()];
     for partition in partitions {
         met[partition.shard] += partition.requests();
+        led[partition.shard] += 1;
         for (shard, requests) in partition.requests_by_shard.iter().enumerate() {
             met[shard] += requests;
         }
@@ -135,6 +137,7 @@ pub fn plan_round(
             (
                 met[*shard],
                 Some(*shard) == gathered_on,
+                led[*shard],
                 std::cmp::Reverse(*shard),
             )
         })
@@ -287,9 +290,10 @@ pub fn start(broker: Rc<ShardBroker>) {
             debug!(?busy, ?partitions, "shard balancing round");
             let plan = plan_round(&busy, &partitions, min_requests, gathered_on);
             if plan.gather_on != gathered_on {
-                info!(shard = ?plan.gather_on, ?busy, "connections gather on one shard");
+                info!(shard = ?plan.gather_on, ?busy, "gathering on one shard");
                 gathered_on = plan.gather_on;
-                if !send_connections(&broker, nr_shards, gathered_on).await {
+                let placed = broker.control.gather_on_shard(gathered_on).await;
+                if placed.is_err() || !send_connections(&broker, nr_shards, gathered_on).await {
                     return; // the shards are stopping
                 }
             }
@@ -415,6 +419,9 @@ mod tests {
         assert_eq!((plan.gather_on, plan.moves.len()), (Some(0), 0));
         assert_eq!(plan_round(&[0.0, 0.0], &[], 10, Some(1)).gather_on, Some(1));
         assert_eq!(plan_round(&[0.0, 0.0], &[], 10, None).gather_on, Some(0));
+        // Restarted idle, it gathers where its partitions are.
+        let idle = [traffic(0, 1, &[]), traffic(1, 1, &[]), traffic(2, 0, &[])];
+        assert_eq!(plan_round(&[0.0, 0.0], &idle, 10, None).gather_on, Some(1));
     }
 
     #[test]

@@ -207,6 +207,12 @@ impl Broker {
         self.launch();
     }
 
+    /// Restarts with other settings than it started with.
+    pub fn restart_with(&mut self, extra: &[&str]) {
+        self.extra = extra.iter().map(|s| s.to_string()).collect();
+        self.restart();
+    }
+
     pub fn data_dir(&self) -> &Path {
         &self.data_dir
     }

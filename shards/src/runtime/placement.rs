@@ -72,11 +72,18 @@ impl ShardPlacement {
     /// The partition's shard, placing it on the least loaded shard (lowest id on
     /// ties) and persisting the table if it is new.
     pub fn assign(&self, tp: &TopicPartition) -> io::Result<usize> {
-        Ok(self.assign_all(std::slice::from_ref(tp))?[0])
+        Ok(self.assign_all(std::slice::from_ref(tp), None)?[0])
     }
 
-    /// Places every partition not placed yet, persisting the table once.
-    pub fn assign_all(&self, partitions: &[TopicPartition]) -> io::Result<Vec<usize>> {
+    /// Places every partition not placed yet, on `preferred` if given (the
+    /// shard a lightly loaded broker gathers on), else each on the least
+    /// loaded shard; persists the table once.
+    pub fn assign_all(
+        &self,
+        partitions: &[TopicPartition],
+        preferred: Option<usize>,
+    ) -> io::Result<Vec<usize>> {
+        assert!(preferred.is_none_or(|shard| shard < self.nr_shards));
         let mut table = self.table.lock().unwrap();
         let mut counts = vec![0usize; self.nr_shards];
         for shard in table.values() {
@@ -87,7 +94,8 @@ impl ShardPlacement {
             .iter()
             .map(|tp| {
                 *table.entry(tp.clone()).or_insert_with(|| {
-                    let shard = (0..self.nr_shards).min_by_key(|&s| counts[s]).unwrap();
+                    let shard = preferred
+                        .unwrap_or_else(|| (0..self.nr_shards).min_by_key(|&s| counts[s]).unwrap());
                     counts[shard] += 1;
                     changed = true;
                     shard
@@ -170,6 +178,13 @@ mod tests {
         assert_eq!(shards, vec![0, 1, 2, 0, 1, 2, 0]);
         placement.remove(&TopicPartition::new("t", 1)).unwrap();
         assert_eq!(placement.assign(&TopicPartition::new("u", 0)).unwrap(), 1);
+
+        // A broker gathered on one shard places new partitions there.
+        let gathered = [TopicPartition::new("v", 0), TopicPartition::new("v", 1)];
+        assert_eq!(
+            placement.assign_all(&gathered, Some(2)).unwrap(),
+            vec![2, 2]
+        );
 
         let reloaded = ShardPlacement::load(&dirs, 3).unwrap();
         for p in [0, 2, 3, 4, 5, 6] {
