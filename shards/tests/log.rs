@@ -496,6 +496,47 @@ fn compaction_keeps_the_last_record_per_key_and_never_moves_offsets() {
     });
 }
 
+/// The base offset of the first batch a read from `offset` returns.
+async fn first_batch_read_from(log: &shards::log::Log, offset: i64) -> i64 {
+    let info = log
+        .read(offset, 1, log.log_end_offset(), true)
+        .await
+        .unwrap();
+    let bytes = info.records.unwrap().read().await.unwrap();
+    i64::from_be_bytes(bytes[0..8].try_into().unwrap())
+}
+
+#[test]
+fn a_read_from_any_offset_starts_at_its_batch_near_the_end_or_not() {
+    let dir = tempfile::tempdir().unwrap();
+    run(async {
+        // One segment of 40 batches: the last ones are found without reading
+        // the file back, the earlier ones by the index and the file.
+        let log = open_log(dir.path(), LogConfig::default(), 0, false).await;
+        for i in 0..40 {
+            log.append_as_leader(batch(i * 3, 3, 100, 1_000), 1, 1_000)
+                .await
+                .unwrap();
+        }
+        for offset in 0..120 {
+            assert_eq!(first_batch_read_from(&log, offset).await, offset / 3 * 3);
+        }
+        // Truncated in the middle of the recent batches, and appended to.
+        log.truncate_to(111).await.unwrap();
+        assert_eq!(log.log_end_offset(), 111);
+        assert_eq!(first_batch_read_from(&log, 110).await, 108);
+        log.append_as_leader(batch(0, 3, 100, 1_000), 1, 1_000)
+            .await
+            .unwrap();
+        for offset in [100, 110, 111, 113] {
+            assert_eq!(
+                first_batch_read_from(&log, offset).await,
+                offset.min(111) / 3 * 3
+            );
+        }
+    });
+}
+
 #[test]
 fn truncate_to_removes_the_tail_and_later_epochs() {
     let dir = tempfile::tempdir().unwrap();

@@ -1,6 +1,7 @@
 //! One segment of a partition log: `<base>.log` with its `.index` and `.timeindex`.
 
 use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::io;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
@@ -107,6 +108,50 @@ pub struct LogSegment {
     /// Whether blocks past the end were preallocated (`preallocate`), for the
     /// roll to give back.
     preallocated: Cell<bool>,
+    recent_batches: RefCell<RecentBatches>,
+}
+
+/// The last batches appended to a segment, with their positions, back to
+/// back up to its end: a fetch at the log's end (every caught-up consumer and
+/// follower) finds its batch here instead of reading headers back from the
+/// file, an io_uring read of up to `HEADER_SCAN_CHUNK_BYTES` a fetch.
+#[derive(Default)]
+struct RecentBatches(VecDeque<(u64, RecordBatchHeader)>);
+
+/// Batches `RecentBatches` keeps: a caught-up reader is a few batches behind.
+const RECENT_BATCHES: usize = 16;
+
+impl RecentBatches {
+    fn push(&mut self, position: u64, header: RecordBatchHeader) {
+        if let Some((last_position, last)) = self.0.back() {
+            assert_eq!(
+                last_position + last.size_bytes() as u64,
+                position,
+                "recent batches lie back to back"
+            );
+        }
+        if self.0.len() == RECENT_BATCHES {
+            self.0.pop_front();
+        }
+        self.0.push_back((position, header));
+    }
+
+    /// The first batch whose last offset is at or past `target`, if `target`
+    /// is not below the first recent batch (and not past the segment).
+    fn find(&self, target: i64) -> Option<(u64, RecordBatchHeader)> {
+        let (_, first) = self.0.front()?;
+        if target < first.base_offset {
+            return None;
+        }
+        self.0
+            .iter()
+            .find(|(_, header)| header.last_offset() >= target)
+            .copied()
+    }
+
+    fn clear(&mut self) {
+        self.0.clear();
+    }
 }
 
 /// What of a segment's appended bytes was handed to the kernel's writeback
@@ -318,6 +363,7 @@ impl LogSegment {
             index_interval_bytes: config.index_interval_bytes,
             writeback: Rc::default(),
             preallocated: Cell::new(false),
+            recent_batches: RefCell::default(),
         }
     }
 
@@ -574,6 +620,7 @@ impl LogSegment {
         self.bytes_since_last_index_entry
             .set(self.bytes_since_last_index_entry.get() + header.size_bytes() as u64);
         self.next_offset.set(header.next_offset());
+        self.recent_batches.borrow_mut().push(position, *header);
     }
 
     /// Brings both index files up to date with the in-memory entries.
@@ -645,6 +692,9 @@ impl LogSegment {
     ) -> io::Result<Option<(u64, RecordBatchHeader)>> {
         if target >= self.next_offset() {
             return Ok(None);
+        }
+        if let Some(recent) = self.recent_batches.borrow().find(target) {
+            return Ok(Some(recent));
         }
         let start = self.offset_index.borrow().lookup(target).position as u64;
         self.find_batch(start, |header| header.last_offset() >= target)
@@ -742,6 +792,7 @@ impl LogSegment {
     /// Validates every batch from the start, rebuilds both indexes, and cuts the
     /// file at the first batch that is torn or corrupt.
     pub async fn recover(&self) -> io::Result<SegmentRecovery> {
+        self.recent_batches.borrow_mut().clear();
         self.offset_index.borrow_mut().clear();
         self.time_index.borrow_mut().clear();
         self.next_offset.set(self.base_offset);
@@ -795,6 +846,7 @@ impl LogSegment {
             return Ok(0);
         };
         self.write_pending_index_entries()?;
+        self.recent_batches.borrow_mut().clear();
         // Batches are whole: `offset` falls on the first batch we drop.
         let removed = self.size_bytes() - position;
         let index_size = self.offset_index.borrow_mut().truncate_from_offset(offset);
