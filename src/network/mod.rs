@@ -310,9 +310,7 @@ impl<D: Dispatcher + 'static> Listener<D> {
         })
         .detach();
     }
-}
 
-impl<D: Dispatcher> Listener<D> {
     /// A connection between two requests goes to another shard: nothing of
     /// it is buffered here, so its socket is all there is to hand over. If
     /// that shard is stopping, the connection closes (its client reconnects).
@@ -331,10 +329,7 @@ impl<D: Dispatcher> Listener<D> {
     }
 
     /// Serves a connection another shard sent here.
-    pub fn adopt(self: &Rc<Self>, socket: OwnedFd)
-    where
-        D: 'static,
-    {
+    pub fn adopt(self: &Rc<Self>, socket: OwnedFd) {
         let moved_in = &self.connections.moved_in;
         moved_in.set(moved_in.get() + 1);
         // SAFETY: a connected TCP socket this function now owns.
