@@ -7,8 +7,8 @@
 //! its thread was and where each partition it leads had its requests come
 //! from, and:
 //! - a broker using under `GATHER_MAX_BUSY` of a core in all fits on one
-//!   shard: its partitions and its connections gather on the shard most of
-//!   its requests already meet, and the other shards sleep;
+//!   shard: its partitions, its connections and its new partitions gather on
+//!   the shard most of its requests already meet, and the other shards sleep;
 //! - a shard over `SPREAD_MIN_BUSY` of a core gives partitions to the least
 //!   busy shard, the costliest first, while that evens them;
 //! - otherwise a partition whose requests come mostly from one other shard
