@@ -290,11 +290,19 @@ pub fn start(broker: Rc<ShardBroker>) {
             debug!(?busy, ?partitions, "shard balancing round");
             let plan = plan_round(&busy, &partitions, min_requests, gathered_on);
             if plan.gather_on != gathered_on {
-                info!(shard = ?plan.gather_on, ?busy, "gathering on one shard");
                 gathered_on = plan.gather_on;
                 let placed = broker.control.gather_on_shard(gathered_on).await;
                 if placed.is_err() || !send_connections(&broker, nr_shards, gathered_on).await {
                     return; // the shards are stopping
+                }
+                // Said once the control plane places new partitions there
+                // (what tests/shard_balance.rs waits for).
+                match gathered_on {
+                    Some(shard) => info!(shard, ?busy, "gathering on one shard"),
+                    None => info!(
+                        ?busy,
+                        "stopped gathering: the broker uses half a core or more"
+                    ),
                 }
             }
             for ShardMove { tp, from, to } in plan.moves {
