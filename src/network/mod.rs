@@ -1,14 +1,15 @@
 //! The listeners: for each, every shard has its own socket on the same address
 //! (SO_REUSEPORT), so the kernel spreads connections over shards. A connection
 //! is served by the shard that accepted it (or, between two requests, handed
-//! to another when the broker gathers on one shard), one request at a time as
+//! to another when the broker gathers on one shard or evens out a busy one),
+//! one request at a time as
 //! Kafka does (it mutes a channel while a request is in flight), so pipelined
 //! requests are answered in order and each connection has one request in
 //! flight.
 
 pub mod broker_connection;
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
@@ -88,8 +89,8 @@ pub struct ConnectionLimits {
 }
 
 /// This shard's connections: where they go when the broker gathers its work
-/// on another shard, and a shutdown that answers in-flight requests and then
-/// closes every connection.
+/// on another shard or evens out a busy one, and a shutdown that answers
+/// in-flight requests and then closes every connection.
 pub struct ShardConnections {
     open: Cell<usize>,
     /// Connections moved here from other shards, since start.
@@ -97,6 +98,10 @@ pub struct ShardConnections {
     /// The shard every connection here moves to before its next request
     /// (`ShardBalancer`, gathering a lightly loaded broker on one shard).
     send_to: Cell<Option<usize>>,
+    /// Shards to hand one connection each, taken by the next connections to
+    /// come to a request (`ShardBalancer`, evening out a busy shard's
+    /// connections): the busiest come first.
+    send_some_to: RefCell<Vec<usize>>,
     /// Never has a permit: a connection waiting between requests wakes when
     /// `stop` closes it, and not before.
     stopping: Semaphore,
@@ -108,6 +113,7 @@ impl Default for ShardConnections {
             open: Cell::new(0),
             moved_in: Cell::new(0),
             send_to: Cell::new(None),
+            send_some_to: RefCell::new(Vec::new()),
             stopping: Semaphore::new(0),
         }
     }
@@ -128,6 +134,19 @@ impl ShardConnections {
     /// between two of its requests.
     pub fn send_to(&self, shard: Option<usize>) {
         self.send_to.set(shard);
+    }
+    /// From now on the next connections here to come to a request go, one
+    /// each, to `shards` (replacing what was asked before); no more than are
+    /// open, as some may have closed since they were counted.
+    pub fn send_some_to(&self, mut shards: Vec<usize>) {
+        shards.truncate(self.open.get());
+        *self.send_some_to.borrow_mut() = shards;
+    }
+    /// Where a connection coming to its next request goes, if anywhere.
+    fn destination(&self) -> Option<usize> {
+        self.send_to
+            .get()
+            .or_else(|| self.send_some_to.borrow_mut().pop())
     }
     async fn stopped(&self) {
         let closed = self.stopping.acquire(1).await;
@@ -560,7 +579,7 @@ async fn serve_connection<D: Dispatcher>(
         idle_timeout,
     } = listener.limits;
     loop {
-        if let Some(shard) = listener.connections.send_to.get() {
+        if let Some(shard) = listener.connections.destination() {
             return Ok(Served::Moving(shard, stream));
         }
         let mut size = [0u8; 4];

@@ -273,6 +273,25 @@ impl ShardBroker {
         }
     }
 
+    /// The next connections of this shard to come to a request go, one each,
+    /// to `shards`.
+    pub fn send_some_connections_to(&self, shards: Vec<usize>) {
+        assert!(
+            !shards.contains(&self.shard_id),
+            "a connection moves to another shard"
+        );
+        if let Some(network) = &*self.network.borrow() {
+            network.connections.send_some_to(shards);
+        }
+    }
+
+    fn open_connections(&self) -> usize {
+        self.network
+            .borrow()
+            .as_ref()
+            .map_or(0, |network| network.connections.open())
+    }
+
     pub fn set_mesh(&self, mesh: ShardMesh<ShardBroker>) {
         assert!(self.mesh.set(mesh).is_ok(), "mesh connected twice");
     }
@@ -758,10 +777,16 @@ impl ShardBroker {
         .await
     }
 
-    /// This shard's part of a balancing round (`ShardBalancer`).
+    /// This shard's part of a balancing round (`ShardBalancer`). The last
+    /// round's connection hand-offs not taken yet are dropped: this round
+    /// counts afresh.
     pub fn shard_traffic(&self) -> ShardTraffic {
+        if let Some(network) = &*self.network.borrow() {
+            network.connections.send_some_to(Vec::new());
+        }
         ShardTraffic {
             cpu_time: thread_cpu_time(),
+            connections: self.open_connections(),
             partitions: self
                 .replica_manager
                 .take_request_counts(GROUP_METADATA_TOPIC_NAME),

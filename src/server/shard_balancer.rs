@@ -6,11 +6,15 @@
 //! `ringbroker.shard.balance.interval.ms` shard 0 asks each shard how busy
 //! its thread was and where each partition it leads had its requests come
 //! from, and:
-//! - a broker using under `GATHER_MAX_BUSY` of a core in all fits on one
-//!   shard: its partitions, its connections and its new partitions gather on
-//!   the shard most of its requests already meet, and the other shards sleep;
+//! - a broker using under `GATHER_START_MAX_BUSY` of a core in all fits on
+//!   one shard: its partitions, its connections and its new partitions gather
+//!   on the shard most of its requests already meet, and the other shards
+//!   sleep, until the broker uses `GATHER_MAX_BUSY`;
 //! - a shard over `SPREAD_MIN_BUSY` of a core gives partitions to the least
-//!   busy shard, the costliest first, while that evens them;
+//!   busy shard, the costliest first, while that evens them, and connections
+//!   to the shards holding fewest, the next to come to a request first (the
+//!   busiest), until their numbers are even: what the kernel's spread gives
+//!   a broker that never gathered;
 //! - otherwise a partition whose requests come mostly from one other shard
 //!   follows them there, if that shard stays under `AFFINITY_MAX_BUSY`.
 //!
@@ -35,7 +39,11 @@ use crate::replication::REQUEST_SHARE_UNITS;
 const AFFINITY_MAX_BUSY: f64 = 0.5;
 
 /// A broker whose shards together use less than this much of a core
-/// gathers on one of them.
+/// gathers on one of them...
+const GATHER_START_MAX_BUSY: f64 = 0.4;
+
+/// ...and stays gathered until they use this much: load near one bound does
+/// not gather and scatter it round after round.
 const GATHER_MAX_BUSY: f64 = 0.5;
 
 /// A shard busier than this gives partitions to the least busy one.
@@ -57,6 +65,8 @@ const MAX_MOVES_PER_ROUND: usize = 16;
 /// they arrived on.
 pub struct ShardTraffic {
     pub cpu_time: Duration,
+    /// Connections open on the shard.
+    pub connections: usize,
     pub partitions: Vec<(TopicPartition, Vec<u64>)>,
 }
 
@@ -96,29 +106,46 @@ pub struct ShardMove {
     pub to: usize,
 }
 
+/// One connection to hand from shard to shard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionMove {
+    pub from: usize,
+    pub to: usize,
+}
+
 /// What a round does.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RoundPlan {
     pub moves: Vec<ShardMove>,
     /// The shard the broker gathers on: every connection of the others goes
-    /// there. None: connections stay where they are.
+    /// there. None: connections stay where they are, but for
+    /// `connection_moves`.
     pub gather_on: Option<usize>,
+    pub connection_moves: Vec<ConnectionMove>,
 }
 
 /// A round's plan: gathering on one shard while the whole broker uses less
-/// than `GATHER_MAX_BUSY` of a core (the one meeting most requests; on a tie
-/// `gathered_on` if it was already, else the one leading most partitions),
-/// else `plan_moves`.
+/// than `GATHER_START_MAX_BUSY` of a core, or `GATHER_MAX_BUSY` once
+/// gathered (the one meeting most requests; on a tie `gathered_on` if it
+/// was already, else the one leading most partitions), else `plan_moves`
+/// and `plan_connection_moves` (`connections` open, indexed by shard).
 pub fn plan_round(
     busy: &[f64],
+    connections: &[usize],
     partitions: &[PartitionTraffic],
     min_requests: u64,
     gathered_on: Option<usize>,
 ) -> RoundPlan {
-    if busy.iter().sum::<f64>() >= GATHER_MAX_BUSY {
+    assert_eq!(busy.len(), connections.len());
+    let gather_max_busy = match gathered_on {
+        Some(_) => GATHER_MAX_BUSY,
+        None => GATHER_START_MAX_BUSY,
+    };
+    if busy.iter().sum::<f64>() >= gather_max_busy {
         return RoundPlan {
             moves: plan_moves(busy, partitions, min_requests),
             gather_on: None,
+            connection_moves: plan_connection_moves(busy, connections),
         };
     }
     // Each shard's share of the requests: those arriving on its connections
@@ -155,7 +182,35 @@ pub fn plan_round(
     RoundPlan {
         moves,
         gather_on: Some(home),
+        connection_moves: Vec::new(),
     }
+}
+
+/// Connections a shard over `SPREAD_MIN_BUSY` of a core hands to the shards
+/// holding fewest (of those not over it), one at a time while that evens
+/// the numbers; from each shard's busy share of a core and its open
+/// connections. By number, not cost: which go is the shard's choice, the
+/// next to come to a request, so the busiest.
+pub fn plan_connection_moves(busy: &[f64], connections: &[usize]) -> Vec<ConnectionMove> {
+    assert_eq!(busy.len(), connections.len());
+    let mut open = connections.to_vec();
+    let mut moves = Vec::new();
+    let mut hot: Vec<usize> = (0..busy.len())
+        .filter(|&shard| busy[shard] > SPREAD_MIN_BUSY)
+        .collect();
+    hot.sort_by(|a, b| busy[*b].total_cmp(&busy[*a]));
+    for &from in &hot {
+        while let Some(to) = (0..busy.len())
+            .filter(|shard| !hot.contains(shard))
+            .min_by_key(|&shard| (open[shard], shard))
+            .filter(|&to| open[to] + 1 < open[from])
+        {
+            open[from] -= 1;
+            open[to] += 1;
+            moves.push(ConnectionMove { from, to });
+        }
+    }
+    moves
 }
 
 /// The moves for a round, from each shard's busy share of a core (`busy`,
@@ -270,6 +325,7 @@ pub fn start(broker: Rc<ShardBroker>) {
                 .map(|(now, before)| now.cpu_time.saturating_sub(*before).as_secs_f64() / elapsed)
                 .collect();
             cpu_times = traffic.iter().map(|t| t.cpu_time).collect();
+            let connections: Vec<usize> = traffic.iter().map(|t| t.connections).collect();
             since = now;
             let partitions: Vec<PartitionTraffic> = traffic
                 .into_iter()
@@ -287,8 +343,8 @@ pub fn start(broker: Rc<ShardBroker>) {
                 .collect();
             let min_requests =
                 (MIN_REQUESTS_PER_SECOND_TO_MOVE * elapsed * REQUEST_SHARE_UNITS as f64) as u64;
-            debug!(?busy, ?partitions, "shard balancing round");
-            let plan = plan_round(&busy, &partitions, min_requests, gathered_on);
+            debug!(?busy, ?connections, ?partitions, "shard balancing round");
+            let plan = plan_round(&busy, &connections, &partitions, min_requests, gathered_on);
             if plan.gather_on != gathered_on {
                 gathered_on = plan.gather_on;
                 let placed = broker.control.gather_on_shard(gathered_on).await;
@@ -307,6 +363,12 @@ pub fn start(broker: Rc<ShardBroker>) {
             }
             for ShardMove { tp, from, to } in plan.moves {
                 move_partition(&broker, tp, from, to).await;
+            }
+            if !plan.connection_moves.is_empty() {
+                info!(?busy, ?connections, moves = ?plan.connection_moves, "evening out connections");
+                if !send_some_connections(&broker, nr_shards, &plan.connection_moves).await {
+                    return; // the shards are stopping
+                }
             }
         }
     })
@@ -344,6 +406,30 @@ async fn send_connections(
             .invoke_on(shard, broker, move |broker: Rc<ShardBroker>| async move {
                 broker.send_connections_to(to)
             })
+    });
+    join_all(sent).await.into_iter().all(|sent| sent.is_ok())
+}
+
+/// Has each shard hand its `moves` on, one connection each; false once the
+/// shards are stopping.
+async fn send_some_connections(
+    broker: &Rc<ShardBroker>,
+    nr_shards: usize,
+    moves: &[ConnectionMove],
+) -> bool {
+    let sent = (0..nr_shards).filter_map(|shard| {
+        let to: Vec<usize> = moves
+            .iter()
+            .filter(|m| m.from == shard)
+            .map(|m| m.to)
+            .collect();
+        (!to.is_empty()).then(|| {
+            broker
+                .mesh()
+                .invoke_on(shard, broker, move |broker: Rc<ShardBroker>| async move {
+                    broker.send_some_connections_to(to)
+                })
+        })
     });
     join_all(sent).await.into_iter().all(|sent| sent.is_ok())
 }
@@ -418,26 +504,71 @@ mod tests {
             traffic(3, 1, &[610, 390]),
             traffic(4, 1, &[5]), // too few requests to be worth a move
         ];
-        let plan = plan_round(&[0.15, 0.2], &partitions, 10, None);
+        let plan = plan_round(&[0.15, 0.2], &[2, 1], &partitions, 10, None);
         assert_eq!(plan.gather_on, Some(0));
         assert_eq!(moved(&plan.moves), vec![(1, 1, 0), (3, 1, 0)]);
         // Gathered, it stays; an idle broker stays where it gathered.
         let gathered = [traffic(0, 0, &[1000]), traffic(1, 0, &[1000])];
-        let plan = plan_round(&[0.3, 0.0], &gathered, 10, Some(0));
+        let plan = plan_round(&[0.3, 0.0], &[2, 0], &gathered, 10, Some(0));
         assert_eq!((plan.gather_on, plan.moves.len()), (Some(0), 0));
-        assert_eq!(plan_round(&[0.0, 0.0], &[], 10, Some(1)).gather_on, Some(1));
-        assert_eq!(plan_round(&[0.0, 0.0], &[], 10, None).gather_on, Some(0));
+        assert_eq!(
+            plan_round(&[0.0, 0.0], &[0, 0], &[], 10, Some(1)).gather_on,
+            Some(1)
+        );
+        assert_eq!(
+            plan_round(&[0.0, 0.0], &[0, 0], &[], 10, None).gather_on,
+            Some(0)
+        );
         // Restarted idle, it gathers where its partitions are.
         let idle = [traffic(0, 1, &[]), traffic(1, 1, &[]), traffic(2, 0, &[])];
-        assert_eq!(plan_round(&[0.0, 0.0], &idle, 10, None).gather_on, Some(1));
+        assert_eq!(
+            plan_round(&[0.0, 0.0], &[0, 0], &idle, 10, None).gather_on,
+            Some(1)
+        );
     }
 
     #[test]
     fn a_busier_broker_stops_gathering() {
         let partitions = [traffic(0, 0, &[1000, 0]), traffic(1, 1, &[0, 1000])];
-        let plan = plan_round(&[0.3, 0.3], &partitions, 10, Some(0));
+        let plan = plan_round(&[0.3, 0.3], &[1, 1], &partitions, 10, Some(0));
         assert_eq!(plan.gather_on, None);
         assert_eq!(plan.moves, plan_moves(&[0.3, 0.3], &partitions, 10));
+        // Between the bounds it neither gathers nor scatters.
+        let gathered = [traffic(0, 0, &[1000, 0]), traffic(1, 0, &[1000, 0])];
+        let plan = plan_round(&[0.45, 0.0], &[2, 0], &gathered, 10, Some(0));
+        assert_eq!((plan.gather_on, plan.moves.len()), (Some(0), 0));
+        let plan = plan_round(&[0.25, 0.2], &[1, 1], &partitions, 10, None);
+        assert_eq!(plan.gather_on, None);
+        assert!(plan.connection_moves.is_empty());
+    }
+
+    #[test]
+    fn a_hot_shard_evens_out_its_connections() {
+        let spread = |busy: &[f64], open: &[usize]| -> Vec<(usize, usize)> {
+            plan_connection_moves(busy, open)
+                .iter()
+                .map(|m| (m.from, m.to))
+                .collect()
+        };
+        // Gathered while idle, then the load grew: half go, to the others.
+        assert_eq!(spread(&[0.9, 0.1], &[5, 0]), vec![(0, 1), (0, 1)]);
+        assert_eq!(
+            spread(&[0.9, 0.0, 0.0], &[6, 0, 0]),
+            vec![(0, 1), (0, 2), (0, 1), (0, 2)]
+        );
+        // Even already, or the others as busy: they stay.
+        assert!(spread(&[0.9, 0.1], &[2, 1]).is_empty());
+        assert!(spread(&[0.9, 0.85], &[6, 0]).is_empty());
+        // Under the bound, a shard keeps what it holds.
+        assert!(spread(&[0.7, 0.0], &[6, 0]).is_empty());
+        // Through a round's plan, once the broker no longer gathers.
+        let partitions = [traffic(0, 0, &[5000, 0])];
+        let plan = plan_round(&[0.95, 0.05], &[3, 0], &partitions, 10, Some(0));
+        assert_eq!(plan.gather_on, None);
+        assert_eq!(
+            plan.connection_moves,
+            vec![ConnectionMove { from: 0, to: 1 }]
+        );
     }
 
     #[test]
