@@ -11,6 +11,7 @@ use std::time::Duration;
 use glommio::io::{BufferedFile, OpenOptions, ReadResult};
 
 use crate::runtime::disk_bound;
+use crate::runtime::iovecs::{remaining_iovecs, EMPTY_IOVEC};
 
 /// cachestat(2) (Linux 6.5), the same number on every architecture; the libc
 /// crate does not name it for x86_64 yet.
@@ -91,27 +92,10 @@ impl SegmentFile {
         let len: usize = parts.iter().map(|part| part.len()).sum();
         let mut written = 0usize;
         while written < len {
-            // What is left of the parts after the first `written` bytes, in
-            // iovecs on the stack: no allocation per append.
-            let mut iovecs = [libc::iovec {
-                iov_base: std::ptr::null_mut(),
-                iov_len: 0,
-            }; MAX_WRITE_PARTS];
-            let mut count = 0;
-            let mut skip = written;
-            for part in parts {
-                if skip >= part.len() {
-                    skip -= part.len();
-                    continue;
-                }
-                let rest = &part[skip..];
-                skip = 0;
-                iovecs[count] = libc::iovec {
-                    iov_base: rest.as_ptr() as *mut libc::c_void,
-                    iov_len: rest.len(),
-                };
-                count += 1;
-            }
+            // What is left of the parts, in iovecs on the stack: no
+            // allocation per append.
+            let mut iovecs = [EMPTY_IOVEC; MAX_WRITE_PARTS];
+            let count = remaining_iovecs(parts.iter().copied(), written, &mut iovecs);
             let at = (position + written as u64) as libc::off_t;
             // SAFETY: the first `count` iovecs cover live slices of `parts`.
             let n = unsafe {

@@ -3,6 +3,7 @@
 //! channel mesh between them.
 
 pub mod activity;
+pub mod iovecs;
 mod mesh;
 mod placement;
 mod scheduler_slice;
