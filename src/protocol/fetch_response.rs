@@ -2,7 +2,9 @@
 //! partition's records can be a range of a segment file: the frame becomes
 //! parts, bytes and file ranges, and the connection sends each range with
 //! sendfile(2) (Kafka's `FileRecords.writeTo`). Stored batches then reach the
-//! socket without a copy in user space. Every other field is laid out as
+//! socket without a copy in user space; so do records already in memory, a
+//! part each, which the connection gathers into one sendmsg(2) with the
+//! fields around them. Every other field is laid out as
 //! kafka-protocol (and Kafka) lay out FetchResponse v4-v18; a test below holds
 //! the two byte for byte.
 
@@ -46,8 +48,8 @@ pub enum FramePart {
 
 /// The frame (size, response header, body) of `response` in version `version`,
 /// each partition's records taken from `records` in order (the partitions'
-/// own `records` must be unset). Memory records are copied into the frame;
-/// file records become parts of their own between the bytes around them.
+/// own `records` must be unset). Records become parts of their own between
+/// the bytes around them.
 pub fn encode_fetch_response(
     version: i16,
     correlation_id: i32,
@@ -58,17 +60,9 @@ pub fn encode_fetch_response(
     let flexible = version >= FIRST_FLEXIBLE_VERSION;
     // Fields this encoder does not lay out are never set by the broker.
     assert!(response.node_endpoints.is_empty() && response.unknown_tagged_fields.is_empty());
-    // Room for the copied records and the fields around them, so the buffer
-    // is not regrown while records are copied in.
-    let copied_bytes: usize = records
-        .iter()
-        .filter(|r| matches!(r, Records::Memory(_)))
-        .map(Records::size_bytes)
-        .sum();
+    // Room for the fields, so the buffer is not regrown while they go in.
     let mut frame = FrameBuilder {
-        buf: BytesMut::with_capacity(
-            copied_bytes + FIELD_BYTES_PER_PARTITION * (records.len() + 1),
-        ),
+        buf: BytesMut::with_capacity(FIELD_BYTES_PER_PARTITION * (records.len() + 1)),
         ..FrameBuilder::default()
     };
     frame.buf.put_i32(0); // the size, set by `finish`
@@ -211,38 +205,37 @@ struct FrameBuilder {
 }
 
 enum Pending {
-    Bytes(BytesMut),
-    File(FileRecords),
+    Fields(BytesMut),
+    Records(Records),
 }
 
 impl FrameBuilder {
     fn put_records(&mut self, records: Records) {
-        match records {
-            Records::Memory(bytes) => self.buf.put_slice(&bytes),
-            Records::File(file) => {
-                self.size_bytes += self.buf.len() + file.size_bytes();
-                self.parts.push(Pending::Bytes(self.buf.split()));
-                self.parts.push(Pending::File(file));
-            }
+        if records.size_bytes() == 0 {
+            return;
         }
+        self.size_bytes += self.buf.len() + records.size_bytes();
+        self.parts.push(Pending::Fields(self.buf.split()));
+        self.parts.push(Pending::Records(records));
     }
 
     /// Sets the size at the front of the frame and hands the parts out.
     fn finish(mut self) -> Vec<FramePart> {
         self.size_bytes += self.buf.len();
         if !self.buf.is_empty() {
-            self.parts.push(Pending::Bytes(self.buf.split()));
+            self.parts.push(Pending::Fields(self.buf.split()));
         }
         let size = i32::try_from(self.size_bytes - 4).expect("a frame under 2 GiB");
-        let Some(Pending::Bytes(first)) = self.parts.first_mut() else {
+        let Some(Pending::Fields(first)) = self.parts.first_mut() else {
             unreachable!("a frame starts with its size");
         };
         first[..4].copy_from_slice(&size.to_be_bytes());
         self.parts
             .into_iter()
             .map(|part| match part {
-                Pending::Bytes(bytes) => FramePart::Bytes(bytes.freeze()),
-                Pending::File(file) => FramePart::File(file),
+                Pending::Fields(bytes) => FramePart::Bytes(bytes.freeze()),
+                Pending::Records(Records::Memory(bytes)) => FramePart::Bytes(bytes),
+                Pending::Records(Records::File(file)) => FramePart::File(file),
             })
             .collect()
     }
