@@ -285,13 +285,6 @@ impl ShardBroker {
         }
     }
 
-    fn open_connections(&self) -> usize {
-        self.network
-            .borrow()
-            .as_ref()
-            .map_or(0, |network| network.connections.open())
-    }
-
     pub fn set_mesh(&self, mesh: ShardMesh<ShardBroker>) {
         assert!(self.mesh.set(mesh).is_ok(), "mesh connected twice");
     }
@@ -781,12 +774,13 @@ impl ShardBroker {
     /// round's connection hand-offs not taken yet are dropped: this round
     /// counts afresh.
     pub fn shard_traffic(&self) -> ShardTraffic {
-        if let Some(network) = &*self.network.borrow() {
+        let connections = self.network.borrow().as_ref().map_or(0, |network| {
             network.connections.send_some_to(Vec::new());
-        }
+            network.connections.open()
+        });
         ShardTraffic {
             cpu_time: thread_cpu_time(),
-            connections: self.open_connections(),
+            connections,
             partitions: self
                 .replica_manager
                 .take_request_counts(GROUP_METADATA_TOPIC_NAME),
