@@ -693,19 +693,7 @@ fn preallocated_segments_keep_their_size_and_give_back_blocks_when_they_roll() {
         let meta = fs::metadata(path(base, LOG_FILE_SUFFIX)).unwrap();
         (meta.len(), meta.blocks() * 512)
     };
-    let prepared = |base: i64| {
-        [LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX]
-            .map(|suffix| path(base, &format!("{suffix}{PREPARED_FILE_SUFFIX}")))
-    };
-    // Waits for the next segment's files, made in the background; the `.log`'s inode.
-    let await_prepared = |base: i64| async move {
-        eventually("the next segment prepared", || {
-            prepared(base).iter().all(|file| file.exists())
-                && fs::metadata(&prepared(base)[0]).unwrap().blocks() * 512 >= SEGMENT_BYTES
-        })
-        .await;
-        fs::metadata(&prepared(base)[0]).unwrap().ino()
-    };
+    let prepared = |base: i64| prepared_files(&partition_dir, base);
     let mut config = LogConfig::default();
     config
         .set("segment.bytes", &SEGMENT_BYTES.to_string())
@@ -721,7 +709,7 @@ fn preallocated_segments_keep_their_size_and_give_back_blocks_when_they_roll() {
             .unwrap();
         glommio::timer::sleep(std::time::Duration::from_millis(50)).await;
         assert!(
-            !prepared(0)[0].exists(),
+            prepared(0).is_empty(),
             "a quarter full, the next segment is not made yet"
         );
         // Past half way to segment.bytes, the next segment is made ahead.
@@ -730,14 +718,14 @@ fn preallocated_segments_keep_their_size_and_give_back_blocks_when_they_roll() {
                 .await
                 .unwrap();
         }
-        let inode = await_prepared(0).await;
+        let inode = await_prepared(&partition_dir, 0, SEGMENT_BYTES).await;
         log.roll(5_000).await.unwrap();
         assert_eq!(
             fs::metadata(path(48, LOG_FILE_SUFFIX)).unwrap().ino(),
             inode,
             "the roll takes the prepared file"
         );
-        assert!(prepared(0).iter().all(|file| !file.exists()));
+        assert!(prepared(0).is_empty());
         assert!(
             sizes(48).1 >= SEGMENT_BYTES,
             "the new segment is preallocated"
@@ -754,7 +742,7 @@ fn preallocated_segments_keep_their_size_and_give_back_blocks_when_they_roll() {
                 .await
                 .unwrap();
         }
-        await_prepared(48).await;
+        await_prepared(&partition_dir, 48, SEGMENT_BYTES).await;
         log.close().await.unwrap();
         assert_eq!(
             sizes(48).1,
@@ -762,23 +750,57 @@ fn preallocated_segments_keep_their_size_and_give_back_blocks_when_they_roll() {
             "closing gives back the active segment's blocks"
         );
         assert!(
-            prepared(48).iter().all(|file| !file.exists()),
+            prepared(48).is_empty(),
             "closing removes the next segment unused"
         );
     });
     // A crash leaves prepared files behind; loading removes them.
-    for file in prepared(48) {
-        fs::write(file, b"").unwrap();
+    for suffix in [LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX] {
+        fs::write(path(48, &format!("{suffix}.7{PREPARED_FILE_SUFFIX}")), b"").unwrap();
     }
+    assert_eq!(prepared(48).len(), 3);
     run(async {
         let log = open_log(dir.path(), config, 0, true).await;
         assert!(
             sizes(48).1 >= SEGMENT_BYTES,
             "reopened, the active segment is preallocated again"
         );
-        assert!(prepared(48).iter().all(|file| !file.exists()));
+        assert!(prepared(48).is_empty());
         assert_eq!(read_all(&log).await.len(), 96);
     });
+}
+
+/// The files of next segments prepared in `dir` and named after `base`
+/// (`<base><suffix>.<n>.prepared`), by name.
+fn prepared_files(dir: &std::path::Path, base: i64) -> Vec<std::path::PathBuf> {
+    let prefix = format!("{base:020}.");
+    let mut files: Vec<_> = fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| {
+            let name = path.file_name().unwrap().to_string_lossy();
+            name.starts_with(&prefix) && name.ends_with(PREPARED_FILE_SUFFIX)
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+/// Waits for one next segment prepared after `base` with `size_bytes` of
+/// blocks, made in the background; its `.log`'s inode.
+async fn await_prepared(dir: &std::path::Path, base: i64, size_bytes: u64) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let log = || {
+        let files = prepared_files(dir, base);
+        let log_suffix = format!("{LOG_FILE_SUFFIX}.");
+        let log = files
+            .iter()
+            .find(|file| file.to_string_lossy().contains(&log_suffix))?;
+        let metadata = fs::metadata(log).ok()?;
+        (files.len() == 3 && metadata.blocks() * 512 >= size_bytes).then_some(metadata.ino())
+    };
+    eventually("the next segment prepared", || log().is_some()).await;
+    log().unwrap()
 }
 
 /// The files under `dir` this process still has open though they are deleted.
@@ -890,10 +912,93 @@ fn a_log_moved_to_another_dir_keeps_its_records_and_takes_appends_there() {
     });
 }
 
+const MOVED_TOPIC_ID: &str = "AAAAAAAAAAAAAAAAAAAAAA";
+
+/// Two shards' log managers over `dirs`, as a shard move has them, and the
+/// log of `t-0` (topic id `MOVED_TOPIC_ID`) made on the first.
+async fn log_on_the_first_of_two_shards(
+    dirs: &std::sync::Arc<shards::log::LogDirs>,
+    config: &std::rc::Rc<LogConfig>,
+) -> (
+    std::rc::Rc<shards::log::LogManager>,
+    std::rc::Rc<shards::log::LogManager>,
+    std::rc::Rc<shards::log::Log>,
+) {
+    use shards::log::{LogManager, LogManagerConfig, TopicPartition};
+    let shard = |id| LogManager::new(id, dirs.clone(), LogManagerConfig::default());
+    let (from, to) = (shard(0), shard(1));
+    let log = from
+        .get_or_create_log(&TopicPartition::new("t", 0), config.clone(), MOVED_TOPIC_ID)
+        .await
+        .unwrap();
+    (from, to, log)
+}
+
+#[test]
+fn a_log_handed_off_while_its_next_segment_is_prepared_leaves_the_next_shard_its_own() {
+    use shards::log::{LogDirs, TopicPartition};
+    use std::os::unix::fs::MetadataExt;
+    const SEGMENT_BYTES: u64 = 4 * 1024 * 1024;
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let dirs = LogDirs::open(&[dir.path().to_owned()]).unwrap();
+    let mut config = LogConfig::default();
+    config
+        .set("segment.bytes", &SEGMENT_BYTES.to_string())
+        .unwrap();
+    config.set("preallocate", "true").unwrap();
+    let config = std::rc::Rc::new(config);
+    run(async {
+        let (from, to, log) = log_on_the_first_of_two_shards(&dirs, &config).await;
+        let (tp, topic_id) = (TopicPartition::new("t", 0), MOVED_TOPIC_ID);
+        let partition_dir = log.dir().to_owned();
+        // Past half way to segment.bytes: the next segment is being made.
+        for i in 0..3 {
+            log.append_as_leader(batch(i * 16, 16, 60 * 1024, 5_000), 0, 5_000)
+                .await
+                .unwrap();
+        }
+        // Handed off without waiting for it; the preparation, named after
+        // the same segment, removes only its own files when it ends.
+        from.hand_off(&tp).await.unwrap();
+        let taken = to
+            .get_or_create_log(&tp, config.clone(), topic_id)
+            .await
+            .unwrap();
+        taken
+            .append_as_leader(batch(48, 16, 60 * 1024, 5_000), 0, 5_000)
+            .await
+            .unwrap();
+        // The one set of prepared files left, still there a moment later,
+        // is the next shard's.
+        let mut inode = await_prepared(&partition_dir, 0, SEGMENT_BYTES).await;
+        loop {
+            glommio::timer::sleep(std::time::Duration::from_millis(200)).await;
+            let again = await_prepared(&partition_dir, 0, SEGMENT_BYTES).await;
+            if again == inode {
+                break;
+            }
+            inode = again;
+        }
+        taken.roll(5_000).await.unwrap();
+        let rolled = segment_file_path(&partition_dir, 64, LOG_FILE_SUFFIX);
+        assert_eq!(
+            fs::metadata(rolled).unwrap().ino(),
+            inode,
+            "the roll takes the next shard's prepared file"
+        );
+        assert!(prepared_files(&partition_dir, 0).is_empty());
+        taken
+            .append_as_leader(batch(64, 16, 60 * 1024, 5_000), 0, 5_000)
+            .await
+            .unwrap();
+        assert_eq!(read_all(&taken).await.len(), 80);
+    });
+}
+
 #[test]
 fn a_log_handed_to_another_shard_keeps_its_records_producers_and_high_watermark() {
     use shards::log::record_batch::RecordBatchBuilder;
-    use shards::log::{LogDirs, LogManager, LogManagerConfig, TopicPartition};
+    use shards::log::{LogDirs, TopicPartition};
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let dirs = LogDirs::open(&[dir.path().to_owned()]).unwrap();
     let mut config = small_segments();
@@ -910,14 +1015,8 @@ fn a_log_handed_to_another_shard_keeps_its_records_producers_and_high_watermark(
         builder.build()
     };
     run(async {
-        let shard = |id| LogManager::new(id, dirs.clone(), LogManagerConfig::default());
-        let (from, to) = (shard(0), shard(1));
-        let tp = TopicPartition::new("t", 0);
-        let topic_id = "AAAAAAAAAAAAAAAAAAAAAA";
-        let log = from
-            .get_or_create_log(&tp, config.clone(), topic_id)
-            .await
-            .unwrap();
+        let (from, to, log) = log_on_the_first_of_two_shards(&dirs, &config).await;
+        let (tp, topic_id) = (TopicPartition::new("t", 0), MOVED_TOPIC_ID);
         for i in 0..60 {
             log.append_as_leader(idempotent(i * 10), 3, 5_000)
                 .await

@@ -12,7 +12,8 @@ pub const CLEANED_FILE_SUFFIX: &str = ".cleaned";
 /// Suffix of a cleaned segment about to replace the segments it was made from.
 pub const SWAP_FILE_SUFFIX: &str = ".swap";
 /// Suffix of the next segment's files, made before the roll that needs them
-/// (`preallocate`), named after the active segment's base offset.
+/// (`preallocate`): `<active segment's base><.log|.index|.timeindex>.<n>.prepared`,
+/// `n` numbering the process's preparations.
 pub const PREPARED_FILE_SUFFIX: &str = ".prepared";
 /// Suffix of a partition directory being deleted.
 pub const DELETE_DIR_SUFFIX: &str = "-delete";

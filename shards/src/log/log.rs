@@ -139,7 +139,16 @@ impl Default for EpochCheckpoint {
 struct FlushState {
     lock: Semaphore,
     recovery_point: Cell<i64>,
-    truncations: Cell<u64>,
+    /// Moves at every truncation and when the log leaves this shard (handed
+    /// off, moved, deleted): a roll's background work begun before stops.
+    generation: Cell<u64>,
+}
+
+impl FlushState {
+    /// Under `lock`.
+    fn next_generation(&self) {
+        self.generation.set(self.generation.get() + 1);
+    }
 }
 
 /// The next segment's files, prepared in the background while the active
@@ -148,6 +157,12 @@ enum NextSegment {
     Idle,
     Preparing,
     Ready(Box<PreparedSegment>),
+    /// The log left this shard (handed off, deleted, closed): what it had
+    /// ready is removed, and a preparation still running removes its own
+    /// files when done. Nothing waits for it: a 1 GiB preparation waiting
+    /// behind writeback held a shard move, and the partition's produces,
+    /// for two seconds.
+    Abandoned,
 }
 
 /// What an append did, for the produce response. For an idempotent
@@ -387,7 +402,7 @@ impl Log {
             flush_state: Rc::new(FlushState {
                 lock: Semaphore::new(1),
                 recovery_point: Cell::new(recovery_point.min(log_end_offset)),
-                truncations: Cell::new(0),
+                generation: Cell::new(0),
             }),
             deleted: Cell::new(false),
             unflushed_messages: Cell::new(0),
@@ -676,18 +691,32 @@ impl Log {
         let (dir, name_offset, size_bytes) =
             (self.dir.clone(), active.base_offset(), config.segment_bytes);
         let partition = self.topic_partition.clone();
+        let hold = config.file_delete_delay();
         glommio::spawn_local(async move {
             let started = Instant::now();
             let prepared = PreparedSegment::create(&dir, name_offset, size_bytes).await;
             activity::record(ActivityKind::SegmentPrepare, started);
-            *next_segment.borrow_mut() = match prepared {
-                Ok(prepared) => NextSegment::Ready(Box::new(prepared)),
+            let abandoned = match &*next_segment.borrow() {
+                NextSegment::Preparing => false,
+                NextSegment::Abandoned => true,
+                NextSegment::Idle | NextSegment::Ready(_) => {
+                    unreachable!("one preparation at a time")
+                }
+            };
+            match prepared {
+                Ok(prepared) if abandoned => {
+                    if let Err(error) = prepared.remove(hold).await {
+                        warn!(%partition, %error, "could not remove a next segment left unused");
+                    }
+                }
+                Ok(prepared) => *next_segment.borrow_mut() = NextSegment::Ready(Box::new(prepared)),
+                Err(_) if abandoned => {}
                 Err(error) => {
                     // The roll makes the segment itself, as without preparation.
                     warn!(%partition, %error, "could not prepare the next segment");
-                    NextSegment::Idle
+                    *next_segment.borrow_mut() = NextSegment::Idle;
                 }
-            };
+            }
         })
         .detach();
     }
@@ -821,6 +850,10 @@ impl Log {
                 self.next_segment.replace(NextSegment::Preparing);
                 None
             }
+            NextSegment::Abandoned => {
+                self.next_segment.replace(NextSegment::Abandoned);
+                None
+            }
             NextSegment::Idle => None,
         };
         let config = self.config();
@@ -838,7 +871,7 @@ impl Log {
         // the recovery point (what a crash rescans).
         let health = self.health.clone();
         let flush_state = self.flush_state.clone();
-        let generation = flush_state.truncations.get();
+        let generation = flush_state.generation.get();
         let closed: Vec<Rc<LogSegment>> = self
             .segments
             .borrow()
@@ -846,16 +879,9 @@ impl Log {
             .map(|(_, s)| s.clone())
             .collect();
         glommio::spawn_local(async move {
-            let _permit = permit(&flush_state.lock).await;
-            // Under the lock a truncation takes, so the two never race; a
-            // truncation into `old` has taken its preallocation already.
-            if let Err(error) = old.trim_preallocated().await {
-                health.on_error(error.into());
-                return;
-            }
-            if flush_state.truncations.get() != generation {
-                return; // truncated meanwhile: these offsets may no longer exist
-            }
+            // Not under the lock: flushing a 1 GiB segment takes seconds
+            // behind writeback, and a shard move (`hand_off`) waited for it
+            // with the partition's appends held. The fsyncs change no file.
             for segment in closed
                 .iter()
                 .filter(|s| s.next_offset() > flush_state.recovery_point.get())
@@ -864,6 +890,21 @@ impl Log {
                     health.on_error(error.into());
                     return;
                 }
+            }
+            let _permit = permit(&flush_state.lock).await;
+            if flush_state.generation.get() != generation {
+                // Truncated meanwhile: these offsets may no longer exist, and
+                // a truncation into `old` took its preallocation already. Or
+                // the log left this shard: its files are no longer ours to
+                // change, and `old` keeps the blocks past its end, little
+                // for a segment rolled full.
+                return;
+            }
+            // Flushed first, so ext4 does not hold the truncate until the
+            // segment's data is written (data=ordered): seconds under load.
+            if let Err(error) = old.trim_preallocated().await {
+                health.on_error(error.into());
+                return;
             }
             flush_state
                 .recovery_point
@@ -1136,9 +1177,7 @@ impl Log {
         if offset >= self.log_end_offset() {
             return Ok(());
         }
-        self.flush_state
-            .truncations
-            .set(self.flush_state.truncations.get() + 1);
+        self.flush_state.next_generation();
         let offset = offset.max(self.log_start_offset());
         let later: Vec<Rc<LogSegment>> = {
             let mut map = self.segments.borrow_mut();
@@ -1191,9 +1230,7 @@ impl Log {
         self.health.check()?;
         let _exclusive = self.exclusive().await;
         self.check_not_deleted()?;
-        self.flush_state
-            .truncations
-            .set(self.flush_state.truncations.get() + 1);
+        self.flush_state.next_generation();
         let all: Vec<Rc<LogSegment>> = std::mem::take(&mut *self.segments.borrow_mut())
             .into_values()
             .collect();
@@ -1253,11 +1290,7 @@ impl Log {
     pub async fn mark_deleted(&self) -> Result<PathBuf, LogError> {
         let _exclusive = self.exclusive().await;
         let _no_epoch_write = permit(&self.epoch_checkpoint.lock).await;
-        self.epoch_checkpoint.deleted.set(true);
-        self.deleted.set(true);
-        // Parked fetches read again now and find the partition gone, as
-        // Kafka completes a DelayedFetch whose partition went away.
-        self.wake_all_watches();
+        self.leave_service();
         let doomed = self.dir.with_file_name(format!(
             "{}.{:x}{DELETE_DIR_SUFFIX}",
             self.topic_partition,
@@ -1281,7 +1314,7 @@ impl Log {
         for segment in self.segments.borrow().values() {
             segment.hold_files_past_deletion(hold);
         }
-        if let NextSegment::Ready(prepared) = &*self.next_segment.borrow() {
+        if let Some(prepared) = self.abandon_next_segment() {
             prepared.hold_files_past_deletion(hold);
         }
     }
@@ -1320,9 +1353,7 @@ impl Log {
         })
         .await
         .map_err(|error| self.health.on_error(error.into()))?;
-        self.epoch_checkpoint.deleted.set(true);
-        self.deleted.set(true);
-        self.wake_all_watches();
+        self.leave_service();
         self.hold_files_past_deletion();
         Ok((doomed, self.log_end_offset(), self.high_watermark()))
     }
@@ -1339,6 +1370,18 @@ impl Log {
 
     pub(super) async fn maintenance_permit(&self) -> Permit<'_> {
         permit(&self.maintenance_lock).await
+    }
+
+    /// The log leaves this shard's service (deleted, moved, handed off),
+    /// with every lock held (`exclusive`): everything after is refused, and
+    /// the background work begun before changes nothing more.
+    fn leave_service(&self) {
+        self.epoch_checkpoint.deleted.set(true);
+        self.deleted.set(true);
+        self.flush_state.next_generation();
+        // Parked fetches read again now and find the partition gone, as
+        // Kafka completes a DelayedFetch whose partition went away.
+        self.wake_all_watches();
     }
 
     /// Every lock: nothing else touches the log while they are held.
@@ -1384,9 +1427,10 @@ impl Log {
     /// Takes the log out of this shard's service for another shard of the
     /// broker to open at once (a shard move): waits for in-flight appends
     /// and background work, refuses everything after, and leaves the files
-    /// as a trusted open reads them (every index entry written, no next
-    /// segment half made). Nothing is flushed: the
-    /// page cache is the process's, and the recovery point stays what was.
+    /// as a trusted open reads them (every index entry written). A next
+    /// segment still being prepared is not waited for: its preparation
+    /// removes its own files (`NextSegment::Abandoned`). Nothing is flushed:
+    /// the page cache is the process's, and the recovery point stays what was.
     pub async fn hand_off(&self) -> Result<LogHandoff, LogError> {
         let _exclusive = self.exclusive().await;
         self.check_not_deleted()?;
@@ -1394,22 +1438,12 @@ impl Log {
             self.write_leader_epoch_checkpoint().await?;
         }
         let _no_epoch_write = permit(&self.epoch_checkpoint.lock).await;
-        while matches!(*self.next_segment.borrow(), NextSegment::Preparing) {
-            glommio::timer::sleep(std::time::Duration::from_millis(1)).await;
-        }
-        if let NextSegment::Ready(prepared) = self.next_segment.replace(NextSegment::Idle) {
-            prepared
-                .remove(self.config().file_delete_delay())
-                .await
-                .map_err(|error| self.health.on_error(error.into()))?;
-        }
+        self.remove_next_segment().await?;
         // Preallocated blocks stay: the next shard would allocate them again.
         self.active_segment()
             .write_pending_index_entries()
             .map_err(|error| self.health.on_error(error.into()))?;
-        self.epoch_checkpoint.deleted.set(true);
-        self.deleted.set(true);
-        self.wake_all_watches();
+        self.leave_service();
         Ok(LogHandoff {
             checkpoint: PartitionCheckpoint {
                 recovery_point: self.recovery_point(),
@@ -1428,13 +1462,29 @@ impl Log {
             .trim_preallocated()
             .await
             .map_err(|error| self.health.on_error(error.into()))?;
-        if let NextSegment::Ready(prepared) = self.next_segment.replace(NextSegment::Idle) {
+        self.remove_next_segment().await?;
+        self.flush().await
+    }
+
+    /// The log leaves this shard: its next segment's files go, now if
+    /// ready, or when their preparation ends.
+    async fn remove_next_segment(&self) -> Result<(), LogError> {
+        if let Some(prepared) = self.abandon_next_segment() {
             prepared
                 .remove(self.config().file_delete_delay())
                 .await
                 .map_err(|error| self.health.on_error(error.into()))?;
         }
-        self.flush().await
+        Ok(())
+    }
+
+    /// Marks the next segment abandoned (`NextSegment::Abandoned`); the
+    /// prepared one, if any, for the caller to remove.
+    fn abandon_next_segment(&self) -> Option<Box<PreparedSegment>> {
+        match self.next_segment.replace(NextSegment::Abandoned) {
+            NextSegment::Ready(prepared) => Some(prepared),
+            NextSegment::Idle | NextSegment::Preparing | NextSegment::Abandoned => None,
+        }
     }
 }
 
@@ -1539,11 +1589,15 @@ async fn complete_interrupted_swaps(
     for entry in std::fs::read_dir(dir)? {
         let path = entry?.path();
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
-        if name.ends_with(CLEANED_FILE_SUFFIX)
-            || name.ends_with(PREPARED_FILE_SUFFIX)
-            || name.ends_with(".deleted")
-        {
+        if name.ends_with(CLEANED_FILE_SUFFIX) || name.ends_with(".deleted") {
             std::fs::remove_file(&path)?;
+        } else if name.ends_with(PREPARED_FILE_SUFFIX) {
+            // A preparation still running on the shard that handed the log
+            // here removes its files too.
+            match std::fs::remove_file(&path) {
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+                result => result?,
+            }
         } else if let Some(stem) =
             name.strip_suffix(&format!("{LOG_FILE_SUFFIX}{SWAP_FILE_SUFFIX}"))
         {

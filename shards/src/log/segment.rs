@@ -6,6 +6,7 @@ use std::io;
 use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tracing::warn;
@@ -210,11 +211,21 @@ pub struct PreparedSegment {
     time_index: SegmentFile,
 }
 
+/// Numbers each preparation of the process, for its files' names.
+static PREPARATIONS: AtomicU64 = AtomicU64::new(0);
+
 impl PreparedSegment {
-    /// Makes the files, named after `name_offset` (the active segment's base),
-    /// with `size_bytes` of the `.log`'s blocks allocated.
+    /// Makes the files, named after `name_offset` (the active segment's base)
+    /// and a number no other preparation of the process has, with
+    /// `size_bytes` of the `.log`'s blocks allocated. The number lets a
+    /// preparation that a shard move left behind remove its own files while
+    /// the partition's next shard prepares its own.
     pub async fn create(dir: &Path, name_offset: i64, size_bytes: u64) -> io::Result<Self> {
-        let path = |suffix| staged_path(dir, name_offset, suffix, PREPARED_FILE_SUFFIX);
+        let stage = format!(
+            ".{}{PREPARED_FILE_SUFFIX}",
+            PREPARATIONS.fetch_add(1, Ordering::Relaxed)
+        );
+        let path = |suffix| staged_path(dir, name_offset, suffix, &stage);
         let log = SegmentFile::create(&path(LOG_FILE_SUFFIX)).await?;
         log.preallocate(size_bytes).await?;
         Ok(Self {
@@ -224,10 +235,15 @@ impl PreparedSegment {
         })
     }
 
-    /// Removes the files (a log closing with its next segment unused).
+    /// Removes the files (a log closing or handed off with its next segment
+    /// unused). A file already gone is fine: a preparation finished after its
+    /// log was handed off finds them removed by the next shard's load.
     pub async fn remove(self, hold: Duration) -> io::Result<()> {
         for file in [self.log, self.offset_index, self.time_index] {
-            file.remove(hold).await?;
+            match file.remove(hold).await {
+                Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+                result => result?,
+            }
         }
         Ok(())
     }
