@@ -337,6 +337,14 @@ impl ReplicaManager {
         handoffs.get(tp).copied()
     }
 
+    /// See `Log::wait_for_background_flush`: for a move, before it holds
+    /// anything.
+    pub async fn wait_for_background_flush(&self, tp: &TopicPartition) {
+        if let Some(log) = self.log_manager.get_log(tp) {
+            log.wait_for_background_flush().await;
+        }
+    }
+
     /// Takes a partition this shard leads out of it for another shard of
     /// the broker: new produces wait while those in flight finish, then
     /// every new request waits while those in flight finish (each drain at

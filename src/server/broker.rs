@@ -796,6 +796,8 @@ impl ShardBroker {
         if self.moving_logs.borrow().contains_key(tp) {
             return Err(ResponseError::ReassignmentInProgress);
         }
+        // Not under the image's lock, nor with the partition closed.
+        self.replica_manager.wait_for_background_flush(tp).await;
         let handed_off = {
             let _applying = self
                 .applying_image

@@ -1424,6 +1424,14 @@ impl Log {
         .detach();
     }
 
+    /// Waits, holding nothing, until no background flush holds the flush
+    /// lock. A roll's trim holds it while it waits for the disk, at times for
+    /// seconds behind writeback; a shard move waits here before it closes
+    /// the partition to requests, rather than in `hand_off` after.
+    pub async fn wait_for_background_flush(&self) {
+        drop(permit(&self.flush_state.lock).await);
+    }
+
     /// Takes the log out of this shard's service for another shard of the
     /// broker to open at once (a shard move): waits for in-flight appends
     /// and background work, refuses everything after, and leaves the files
