@@ -971,7 +971,8 @@ fn a_log_handed_off_while_its_next_segment_is_prepared_leaves_the_next_shard_its
         // The one set of prepared files left, still there a moment later,
         // is the next shard's.
         let mut inode = await_prepared(&partition_dir, 0, SEGMENT_BYTES).await;
-        loop {
+        for attempt in 0.. {
+            assert!(attempt < 20, "the prepared files still change after 4 s");
             glommio::timer::sleep(std::time::Duration::from_millis(200)).await;
             let again = await_prepared(&partition_dir, 0, SEGMENT_BYTES).await;
             if again == inode {

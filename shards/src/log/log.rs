@@ -845,16 +845,12 @@ impl Log {
             .map_err(|error| self.health.on_error(error.into()))?;
         let prepared = match self.next_segment.replace(NextSegment::Idle) {
             NextSegment::Ready(prepared) => Some(prepared),
-            // Still in the making: it serves the roll after this one.
-            NextSegment::Preparing => {
-                self.next_segment.replace(NextSegment::Preparing);
+            // None, or still in the making (it serves the roll after this
+            // one), or abandoned: as it was.
+            unused => {
+                self.next_segment.replace(unused);
                 None
             }
-            NextSegment::Abandoned => {
-                self.next_segment.replace(NextSegment::Abandoned);
-                None
-            }
-            NextSegment::Idle => None,
         };
         let config = self.config();
         let segment = match prepared {
