@@ -74,6 +74,12 @@ impl SegmentFile {
         &self.path
     }
 
+    /// A descriptor of the file of its own (dup), which outlives this handle.
+    fn duplicate_fd(&self) -> io::Result<OwnedFd> {
+        // SAFETY: the descriptor is open for as long as `self` is.
+        unsafe { BorrowedFd::borrow_raw(self.as_raw_fd()) }.try_clone_to_owned()
+    }
+
     /// Writes all of `buf` at `position`; see `write_all_vectored_at`.
     pub fn write_all_at(&self, buf: &[u8], position: u64) -> io::Result<()> {
         self.write_all_vectored_at(&[buf], position)
@@ -175,10 +181,8 @@ impl SegmentFile {
     /// `[position, position + size_bytes)` as `FileRecords`: a descriptor of
     /// its own (dup), so any shard can send it and it outlives this handle.
     pub fn file_records(&self, position: u64, size_bytes: usize) -> io::Result<FileRecords> {
-        // SAFETY: the descriptor is open for as long as `self` is.
-        let fd = unsafe { BorrowedFd::borrow_raw(self.as_raw_fd()) }.try_clone_to_owned()?;
         Ok(FileRecords {
-            fd,
+            fd: self.duplicate_fd()?,
             position,
             size_bytes,
         })
@@ -256,9 +260,7 @@ impl SegmentFile {
         if HELD_DELETED_FILES.get() >= MAX_HELD_DELETED_FILES {
             return; // its own descriptor's close frees it, on this thread
         }
-        // SAFETY: the descriptor is open for as long as `self` is.
-        let Ok(held) = unsafe { BorrowedFd::borrow_raw(self.as_raw_fd()) }.try_clone_to_owned()
-        else {
+        let Ok(held) = self.duplicate_fd() else {
             return; // out of descriptors: as above
         };
         HELD_DELETED_FILES.set(HELD_DELETED_FILES.get() + 1);

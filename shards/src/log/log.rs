@@ -304,54 +304,15 @@ impl Log {
         now_ms: i64,
         producers: Option<ProducerStateManager>,
     ) -> Result<Log, LogError> {
-        std::fs::create_dir_all(dir)?;
-        complete_interrupted_swaps(dir, &config, now_ms).await?;
-        let mut base_offsets = Vec::new();
-        let mut indexes = Vec::new();
-        for entry in std::fs::read_dir(dir)? {
-            let name = entry?.file_name().to_string_lossy().into_owned();
-            if let Some(base) = name
-                .strip_suffix(LOG_FILE_SUFFIX)
-                .and_then(parse_base_offset)
-            {
-                base_offsets.push(base);
-            } else if let Some(base) = [INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX]
-                .iter()
-                .find_map(|suffix| name.strip_suffix(suffix).and_then(parse_base_offset))
-            {
-                indexes.push((base, name));
-            }
-        }
-        base_offsets.sort_unstable();
-        delete_orphaned_indexes(dir, &base_offsets, indexes)?;
-        let mut segments = BTreeMap::new();
-        let mut epochs_seen = Vec::new();
-        let mut next_expected = None;
-        let mut truncated_at = None;
-        for (i, &base) in base_offsets.iter().enumerate() {
-            if truncated_at.is_some() || next_expected.is_some_and(|next| base < next) {
-                // Data after a cut tail is unreachable; so is a segment that overlaps.
-                warn!(partition = %topic_partition, base, "deleting a segment after a truncated or overlapping one");
-                for suffix in [LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX] {
-                    let _ = std::fs::remove_file(segment_file_path(dir, base, suffix));
-                }
-                continue;
-            }
-            let next_base = base_offsets.get(i + 1).copied();
-            let recover = !had_clean_shutdown && next_base.is_none_or(|next| next > recovery_point);
-            let (segment, recovery) =
-                LogSegment::open(dir, base, "", &config, recover, now_ms).await?;
-            if let Some(recovery) = recovery {
-                // Past the recovery point a cut tail makes later data unreachable
-                // (it was never flushed); below it, only this segment is cut.
-                if recover && recovery.truncated_bytes > 0 {
-                    truncated_at = Some(segment.next_offset());
-                }
-                epochs_seen.extend(recovery.epochs);
-            }
-            next_expected = Some(segment.next_offset());
-            segments.insert(base, Rc::new(segment));
-        }
+        let (mut segments, epochs_seen) = open_segments(
+            dir,
+            &topic_partition,
+            &config,
+            recovery_point,
+            had_clean_shutdown,
+            now_ms,
+        )
+        .await?;
         if segments.is_empty() {
             let start = recovery_point.max(0);
             segments.insert(
@@ -1579,6 +1540,67 @@ fn first_record_at_or_after(
         }
     }
     Ok(whole_batch)
+}
+
+/// A log's segments from its directory, after a crash or a restart: those
+/// past the recovery point are recovered unless the shutdown was clean. Also
+/// the (leader epoch, base offset) of each batch recovery saw.
+async fn open_segments(
+    dir: &Path,
+    tp: &TopicPartition,
+    config: &LogConfig,
+    recovery_point: i64,
+    had_clean_shutdown: bool,
+    now_ms: i64,
+) -> Result<(BTreeMap<i64, Rc<LogSegment>>, Vec<(i32, i64)>), LogError> {
+    std::fs::create_dir_all(dir)?;
+    complete_interrupted_swaps(dir, config, now_ms).await?;
+    let mut base_offsets = Vec::new();
+    let mut indexes = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let name = entry?.file_name().to_string_lossy().into_owned();
+        if let Some(base) = name
+            .strip_suffix(LOG_FILE_SUFFIX)
+            .and_then(parse_base_offset)
+        {
+            base_offsets.push(base);
+        } else if let Some(base) = [INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX]
+            .iter()
+            .find_map(|suffix| name.strip_suffix(suffix).and_then(parse_base_offset))
+        {
+            indexes.push((base, name));
+        }
+    }
+    base_offsets.sort_unstable();
+    delete_orphaned_indexes(dir, &base_offsets, indexes)?;
+    let mut segments = BTreeMap::new();
+    let mut epochs_seen = Vec::new();
+    let mut next_expected = None;
+    let mut truncated_at = None;
+    for (i, &base) in base_offsets.iter().enumerate() {
+        if truncated_at.is_some() || next_expected.is_some_and(|next| base < next) {
+            // Data after a cut tail is unreachable; so is a segment that overlaps.
+            warn!(partition = %tp, base, "deleting a segment after a truncated or overlapping one");
+            for suffix in [LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX] {
+                let _ = std::fs::remove_file(segment_file_path(dir, base, suffix));
+            }
+            continue;
+        }
+        let next_base = base_offsets.get(i + 1).copied();
+        let recover = !had_clean_shutdown && next_base.is_none_or(|next| next > recovery_point);
+        let (segment, recovery) = LogSegment::open(dir, base, "", config, recover, now_ms).await?;
+        if let Some(recovery) = recovery {
+            // Past the recovery point a cut tail makes later data unreachable
+            // (it was never flushed); below it, only this segment is cut.
+            if recover && recovery.truncated_bytes > 0 {
+                truncated_at = Some(segment.next_offset());
+            }
+            epochs_seen.extend(recovery.epochs);
+        }
+        next_expected = Some(segment.next_offset());
+        segments.insert(base, Rc::new(segment));
+    }
+    Ok((segments, epochs_seen))
 }
 
 /// Finishes a cleaner swap that a crash interrupted: a `.swap` segment replaces
