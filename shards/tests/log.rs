@@ -1057,3 +1057,65 @@ fn a_log_handed_to_another_shard_keeps_its_records_producers_and_high_watermark(
         assert_eq!(back.log_end_offset(), 610);
     });
 }
+
+#[test]
+fn a_log_taken_up_from_another_shard_reads_none_of_its_files_and_still_removes_them() {
+    use shards::log::{LogDirs, TopicPartition};
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let dirs = LogDirs::open(&[dir.path().to_owned()]).unwrap();
+    let config = std::rc::Rc::new(small_segments());
+    run(async {
+        let (from, to, log) = log_on_the_first_of_two_shards(&dirs, &config).await;
+        let (tp, topic_id) = (TopicPartition::new("t", 0), MOVED_TOPIC_ID);
+        for i in 0..50 {
+            log.append_as_leader(batch(i * 10, 10, 100, 1_000 + i as i64), 3, 5_000)
+                .await
+                .unwrap();
+        }
+        assert!(log.segment_count() > 3);
+        log.set_high_watermark(log.log_end_offset());
+        let before = read_all(&log).await;
+        let partition_dir = log.dir().to_owned();
+        let bases: Vec<i64> = log.segments().iter().map(|s| s.base_offset()).collect();
+        let indexes: Vec<_> = bases
+            .iter()
+            .flat_map(|&base| {
+                [INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX]
+                    .map(|suffix| segment_file_path(&partition_dir, base, suffix))
+            })
+            .collect();
+        from.hand_off(&tp).await.unwrap();
+        // Zeroed indexes are insane: an open of the files would rebuild them
+        // from the segments and write them again.
+        for path in &indexes {
+            let size_bytes = fs::metadata(path).unwrap().len() as usize;
+            assert!(size_bytes > 0);
+            fs::write(path, vec![0; size_bytes]).unwrap();
+        }
+        let taken = to
+            .get_or_create_log(&tp, config.clone(), topic_id)
+            .await
+            .unwrap();
+        for path in &indexes {
+            assert!(
+                fs::read(path).unwrap().iter().all(|&byte| byte == 0),
+                "{} was read back or rebuilt",
+                path.display()
+            );
+        }
+        assert_eq!(read_all(&taken).await, before);
+        // The indexes handed over answer lookups.
+        let found = taken.fetch_offset_by_timestamp(1_025).await.unwrap();
+        assert_eq!(found.unwrap().offset, 250);
+        // The files are the next shard's to remove, by their paths.
+        let mut config = small_segments();
+        config.set("retention.ms", "1000").unwrap();
+        taken.update_config(std::rc::Rc::new(config));
+        taken.delete_retained_segments(1_000_000).await.unwrap();
+        assert_eq!(taken.segment_count(), 1);
+        for &base in &bases[..bases.len() - 1] {
+            assert!(!segment_file_path(&partition_dir, base, LOG_FILE_SUFFIX).exists());
+        }
+        assert_eq!(taken.log_start_offset(), *bases.last().unwrap());
+    });
+}

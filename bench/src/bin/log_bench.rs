@@ -60,7 +60,7 @@ async fn open_log(dir: &Path) -> Log {
         log_start_offset: None,
         health: LogDirHealth::new(dir),
         now_ms: 1_700_000_000_000,
-        producers: None,
+        handoff: None,
     })
     .await
     .expect("open log")

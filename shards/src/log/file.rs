@@ -35,6 +35,14 @@ pub struct SegmentFile {
     path: PathBuf,
 }
 
+/// A file's descriptor, duplicated for another shard to take up with its log
+/// (`SegmentFile::hand_off`, `SegmentFile::take_up`): no open to wait for there.
+#[derive(Debug)]
+pub struct FileHandoff {
+    fd: OwnedFd,
+    path: PathBuf,
+}
+
 fn to_io(error: glommio::GlommioError<()>) -> io::Error {
     error.into()
 }
@@ -74,10 +82,27 @@ impl SegmentFile {
         &self.path
     }
 
+    /// A duplicate of the descriptor, for another shard; fails only when the
+    /// process is out of descriptors.
+    pub fn hand_off(&self) -> io::Result<FileHandoff> {
+        Ok(FileHandoff {
+            fd: self.duplicate_fd()?,
+            path: self.path.clone(),
+        })
+    }
+
     /// A descriptor of the file of its own (dup), which outlives this handle.
     fn duplicate_fd(&self) -> io::Result<OwnedFd> {
         // SAFETY: the descriptor is open for as long as `self` is.
         unsafe { BorrowedFd::borrow_raw(self.as_raw_fd()) }.try_clone_to_owned()
+    }
+
+    /// The file another shard handed off, on this shard's executor.
+    pub fn take_up(handoff: FileHandoff) -> Self {
+        Self {
+            file: BufferedFile::from_fd_and_path(handoff.fd, handoff.path.clone()),
+            path: handoff.path,
+        }
     }
 
     /// Writes all of `buf` at `position`; see `write_all_vectored_at`.

@@ -11,7 +11,7 @@ use std::io;
 use std::path::Path;
 use std::rc::Rc;
 
-use super::file::SegmentFile;
+use super::file::{FileHandoff, SegmentFile};
 
 pub trait IndexEntry: Copy + std::fmt::Debug {
     const SIZE_BYTES: usize;
@@ -82,6 +82,15 @@ impl IndexWrite {
     }
 }
 
+/// An index as one shard hands it to another with its log: the file and
+/// its entries, every one written.
+#[derive(Debug)]
+pub struct IndexHandoff<E> {
+    file: FileHandoff,
+    entries: Vec<E>,
+    max_entries: usize,
+}
+
 pub struct IndexFile<E: IndexEntry> {
     base_offset: i64,
     file: Rc<SegmentFile>,
@@ -135,6 +144,30 @@ impl<E: IndexEntry> IndexFile<E> {
             entries,
             max_entries: max_entries.max(1),
         }))
+    }
+
+    /// Gives the file (a duplicate descriptor) and the entries to another
+    /// shard; this index is left empty, its log out of service.
+    pub fn hand_off(&mut self) -> io::Result<IndexHandoff<E>> {
+        assert_eq!(self.pending_entries(), 0, "an index is handed off written");
+        let file = self.file.hand_off()?;
+        self.written_entries = 0;
+        Ok(IndexHandoff {
+            file,
+            entries: std::mem::take(&mut self.entries),
+            max_entries: self.max_entries,
+        })
+    }
+
+    /// The index another shard handed off, on this shard.
+    pub fn take_up(handoff: IndexHandoff<E>, base_offset: i64) -> Self {
+        Self {
+            base_offset,
+            file: Rc::new(SegmentFile::take_up(handoff.file)),
+            written_entries: handoff.entries.len(),
+            entries: handoff.entries,
+            max_entries: handoff.max_entries,
+        }
     }
 
     pub fn entries(&self) -> &[E] {

@@ -27,7 +27,7 @@ use super::record_batch::{
     stamp_batch, validate_batch, validate_produced_batch, AppendStamp, BatchIter,
     RecordBatchHeader, RecordIter, TimestampType, RECORD_BATCH_OVERHEAD,
 };
-use super::segment::{AppendedBatch, FileSlice, LogSegment, PreparedSegment};
+use super::segment::{AppendedBatch, FileSlice, LogSegment, PreparedSegment, SegmentHandoff};
 use super::{LogConfig, LogError, TimestampPolicy, TopicCompression, TopicPartition};
 use crate::runtime::activity::{self, ActivityKind};
 use crate::runtime::disk_bound;
@@ -204,18 +204,34 @@ pub struct LogOpenParams {
     pub log_start_offset: Option<i64>,
     pub health: LogDirHealth,
     pub now_ms: i64,
-    /// A handed-over log's idempotent producers (`Log::hand_off`); None
-    /// rebuilds them from the batches.
-    pub producers: Option<ProducerStateManager>,
+    /// A log another shard of this broker handed off (`Log::hand_off`), taken
+    /// up where that shard left it; None opens the files and rebuilds the
+    /// idempotent producers from the batches.
+    pub handoff: Option<HandedOffLog>,
 }
 
 /// A log one shard took out of service for another shard of this broker to
-/// open (`Log::hand_off`): where it stands, and its idempotent producers,
-/// which the files give only after a scan of every batch.
+/// open (`Log::hand_off`): where it stands, for the checkpoint files, and
+/// what the next shard takes up.
 #[derive(Debug)]
 pub struct LogHandoff {
     pub checkpoint: PartitionCheckpoint,
+    pub log: HandedOffLog,
+}
+
+/// What a log's next shard takes up instead of reading it back: its
+/// idempotent producers (a scan of every batch otherwise) and its segments,
+/// open, with their indexes (reads of every segment otherwise).
+#[derive(Debug)]
+pub struct HandedOffLog {
     pub producers: ProducerStateManager,
+    /// The leader epoch cache: a read of `leader-epoch-checkpoint` otherwise,
+    /// whose access time, updated once after each write, waits for ext4's
+    /// journal, on a busy disk for hundreds of milliseconds.
+    pub leader_epochs: LeaderEpochFileCache,
+    /// None when the process was out of descriptors to duplicate: the next
+    /// shard opens the files, as after a clean shutdown.
+    pub segments: Option<Vec<SegmentHandoff>>,
 }
 
 pub struct Log {
@@ -272,7 +288,7 @@ impl Log {
             log_start_offset,
             health,
             now_ms,
-            producers,
+            handoff,
         } = params;
         health.check()?;
         let result = Self::load(
@@ -285,7 +301,7 @@ impl Log {
             log_start_offset,
             health.clone(),
             now_ms,
-            producers,
+            handoff,
         )
         .await;
         result.map_err(|error| health.on_error(error))
@@ -302,17 +318,31 @@ impl Log {
         checkpointed_log_start_offset: Option<i64>,
         health: LogDirHealth,
         now_ms: i64,
-        producers: Option<ProducerStateManager>,
+        handoff: Option<HandedOffLog>,
     ) -> Result<Log, LogError> {
-        let (mut segments, epochs_seen) = open_segments(
-            dir,
-            &topic_partition,
-            &config,
-            recovery_point,
-            had_clean_shutdown,
-            now_ms,
-        )
-        .await?;
+        let (producers, leader_epochs, handed_off_segments) = match handoff {
+            Some(HandedOffLog {
+                producers,
+                leader_epochs,
+                segments,
+            }) => (Some(producers), Some(leader_epochs), segments),
+            None => (None, None, None),
+        };
+        let (mut segments, epochs_seen) = match handed_off_segments {
+            Some(handed_off) => (take_up_segments(dir, handed_off, &config), Vec::new()),
+            None => {
+                let clean = had_clean_shutdown || producers.is_some();
+                open_segments(
+                    dir,
+                    &topic_partition,
+                    &config,
+                    recovery_point,
+                    clean,
+                    now_ms,
+                )
+                .await?
+            }
+        };
         if segments.is_empty() {
             let start = recovery_point.max(0);
             segments.insert(
@@ -322,14 +352,19 @@ impl Log {
         } else if config.preallocate {
             // The active segment again: its blocks ahead, as when it was created.
             let active = segments.values().next_back().unwrap();
-            active.preallocate(config.segment_bytes).await?;
+            if !active.is_preallocated() {
+                active.preallocate(config.segment_bytes).await?;
+            }
         }
         let log_end_offset = segments.values().next_back().unwrap().next_offset();
         // DeleteRecords may have moved the start past the first segment's base.
         let log_start_offset = checkpointed_log_start_offset
             .unwrap_or(i64::MIN)
             .clamp(*segments.keys().next().unwrap(), log_end_offset);
-        let mut epoch_cache = LeaderEpochFileCache::load(dir)?;
+        let mut epoch_cache = match leader_epochs {
+            Some(handed_off) => handed_off,
+            None => LeaderEpochFileCache::load(dir)?,
+        };
         let mut epochs_changed = false;
         for (epoch, offset) in epochs_seen {
             // Only newer epochs: recovered batches never rewrite known history.
@@ -1390,9 +1425,11 @@ impl Log {
     }
 
     /// Takes the log out of this shard's service for another shard of the
-    /// broker to open at once (a shard move): waits for in-flight appends
-    /// and background work, refuses everything after, and leaves the files
-    /// as a trusted open reads them (every index entry written). A next
+    /// broker to take up at once (a shard move): waits for in-flight appends
+    /// and background work, refuses everything after, and hands over its
+    /// segments open, with their indexes, so the next shard reads nothing. The
+    /// files are left as a trusted open reads them (every index entry
+    /// written), for a restart, or a next shard out of descriptors. A next
     /// segment still being prepared is not waited for: its preparation
     /// removes its own files (`NextSegment::Abandoned`). Nothing is flushed:
     /// the page cache is the process's, and the recovery point stays what was.
@@ -1405,9 +1442,12 @@ impl Log {
         let _no_epoch_write = permit(&self.epoch_checkpoint.lock).await;
         self.remove_next_segment().await?;
         // Preallocated blocks stay: the next shard would allocate them again.
-        self.active_segment()
-            .write_pending_index_entries()
-            .map_err(|error| self.health.on_error(error.into()))?;
+        for segment in self.segments.borrow().values() {
+            segment
+                .write_pending_index_entries()
+                .map_err(|error| self.health.on_error(error.into()))?;
+        }
+        let segments = self.hand_off_segments();
         self.leave_service();
         Ok(LogHandoff {
             checkpoint: PartitionCheckpoint {
@@ -1416,8 +1456,29 @@ impl Log {
                 log_start_offset: self.log_start_offset_checkpoint(),
                 first_dirty_offset: Some(self.first_dirty_offset()),
             },
-            producers: std::mem::take(&mut *self.producer_state.borrow_mut()),
+            log: HandedOffLog {
+                producers: std::mem::take(&mut *self.producer_state.borrow_mut()),
+                leader_epochs: self.leader_epoch_cache.borrow().clone(),
+                segments,
+            },
         })
+    }
+
+    /// Every segment, open, for the next shard (`LogSegment::hand_off`); None
+    /// when the process is out of descriptors: the next shard then opens the
+    /// files.
+    fn hand_off_segments(&self) -> Option<Vec<SegmentHandoff>> {
+        let segments: Result<Vec<_>, _> = self
+            .segments
+            .borrow()
+            .values()
+            .map(|segment| segment.hand_off())
+            .collect();
+        segments
+            .inspect_err(|error| {
+                warn!(partition = %self.topic_partition, %error, "the next shard opens the log's files");
+            })
+            .ok()
     }
 
     /// Flushes everything and leaves files ready for a clean restart.
@@ -1601,6 +1662,22 @@ async fn open_segments(
         segments.insert(base, Rc::new(segment));
     }
     Ok((segments, epochs_seen))
+}
+
+/// A log's segments as the shard that handed it off left them: no reads.
+fn take_up_segments(
+    dir: &Path,
+    handed_off: Vec<SegmentHandoff>,
+    config: &LogConfig,
+) -> BTreeMap<i64, Rc<LogSegment>> {
+    handed_off
+        .into_iter()
+        .map(|segment| {
+            let base_offset = segment.base_offset();
+            let segment = LogSegment::take_up(dir, segment, config);
+            (base_offset, Rc::new(segment))
+        })
+        .collect()
 }
 
 /// Finishes a cleaner swap that a crash interrupted: a `.swap` segment replaces

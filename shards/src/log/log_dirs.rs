@@ -22,7 +22,7 @@ use super::file_names::{
     CLEANER_CHECKPOINT_FILE, CLEAN_SHUTDOWN_FILE, DELETE_DIR_SUFFIX, FUTURE_DIR_SUFFIX, LOCK_FILE,
     LOG_START_OFFSET_CHECKPOINT_FILE, RECOVERY_POINT_CHECKPOINT_FILE, REPLICATION_CHECKPOINT_FILE,
 };
-use super::{LogError, ProducerStateManager, TopicPartition};
+use super::{HandedOffLog, LogError, TopicPartition};
 
 /// One log directory's health, shared by every log in it. The first I/O error
 /// takes the whole directory offline, as in Kafka; its partitions then answer
@@ -128,7 +128,7 @@ pub struct LogDirs {
     /// The idempotent producers of logs one shard handed off
     /// (`LogManager::hand_off`; their checkpoints are in `state`), for the
     /// shard the partition moves to.
-    handoffs: Mutex<BTreeMap<TopicPartition, ProducerStateManager>>,
+    handoffs: Mutex<BTreeMap<TopicPartition, HandedOffLog>>,
 }
 
 /// Why the broker cannot start on its `log.dirs`.
@@ -363,15 +363,15 @@ impl LogDirs {
         }
     }
 
-    pub fn hand_over(&self, tp: TopicPartition, producers: ProducerStateManager) {
-        let displaced = self.handoffs.lock().unwrap().insert(tp, producers);
+    pub fn hand_over(&self, tp: TopicPartition, log: HandedOffLog) {
+        let displaced = self.handoffs.lock().unwrap().insert(tp, log);
         assert!(
             displaced.is_none(),
             "a log is handed off once before it is taken"
         );
     }
 
-    pub fn take_handoff(&self, tp: &TopicPartition) -> Option<ProducerStateManager> {
+    pub fn take_handoff(&self, tp: &TopicPartition) -> Option<HandedOffLog> {
         self.handoffs.lock().unwrap().remove(tp)
     }
 

@@ -103,9 +103,14 @@ impl LogManager {
         let dir = self.dirs.assign_dir(tp)?;
         let health = self.dirs.dirs()[dir].health.clone();
         let partition_dir = self.dirs.partition_dir(dir, tp);
+        // Handed off by another shard, which served it a moment ago: this
+        // topic's, its `partition.metadata` written.
+        let handoff = self.dirs.take_handoff(tp);
+        let handed_off = handoff.is_some();
         let metadata_path = partition_dir.join(PARTITION_METADATA_FILE);
         let metadata = format!("version: 0\ntopic_id: {topic_id}\n");
-        let stale = std::fs::read_to_string(&metadata_path).is_ok_and(|text| text != metadata);
+        let stale = !handed_off
+            && std::fs::read_to_string(&metadata_path).is_ok_and(|text| text != metadata);
         if stale {
             warn!(partition = %tp, "the directory belongs to an earlier topic of this name; removing it");
             let doomed = partition_dir
@@ -120,26 +125,23 @@ impl LogManager {
             self.dirs.update(tp, PartitionCheckpoint::default());
         }
         let checkpoint = self.dirs.find(tp).map(|(_, c)| c).unwrap_or_default();
-        // Handed over by another shard: its files are as that shard left
-        // them a moment ago, trusted as after a clean shutdown.
-        let producers = self.dirs.take_handoff(tp);
         let log = Log::open(LogOpenParams {
             dir: partition_dir,
             topic_partition: tp.clone(),
             config: log_config,
             recovery_point: checkpoint.recovery_point,
-            had_clean_shutdown: self.dirs.dirs()[dir].had_clean_shutdown || producers.is_some(),
+            had_clean_shutdown: self.dirs.dirs()[dir].had_clean_shutdown,
             high_watermark: checkpoint.high_watermark,
             log_start_offset: checkpoint.log_start_offset,
             health,
             now_ms: wall_clock_ms(),
-            producers,
+            handoff,
         })
         .await?;
         if let Some(first_dirty) = checkpoint.first_dirty_offset {
             log.set_first_dirty_offset(first_dirty);
         }
-        if stale || !metadata_path.exists() {
+        if stale || !(handed_off || metadata_path.exists()) {
             let health = log.health().clone();
             run_blocking(move || std::fs::write(metadata_path, metadata))
                 .await
@@ -189,11 +191,11 @@ impl LogManager {
             .ok_or_else(|| LogError::KafkaStorage(format!("no log of {tp} here")))?;
         let LogHandoff {
             checkpoint,
-            producers,
+            log: handed_off,
         } = log.hand_off().await?;
         self.logs.borrow_mut().remove(tp);
         self.dirs.update(tp, checkpoint);
-        self.dirs.hand_over(tp.clone(), producers);
+        self.dirs.hand_over(tp.clone(), handed_off);
         Ok(())
     }
 
@@ -243,7 +245,7 @@ impl LogManager {
             log_start_offset,
             health: health.clone(),
             now_ms: wall_clock_ms(),
-            producers: None,
+            handoff: None,
         })
         .await?;
         moved.set_first_dirty_offset(first_dirty_offset);

@@ -33,8 +33,8 @@ pub use file_names::{
 pub use index::{OffsetPosition, TimestampOffset};
 pub use leader_epoch::{EpochEntry, LeaderEpochFileCache};
 pub use log::{
-    FetchDataInfo, FetchWatch, Log, LogAppendInfo, LogHandoff, LogOpenParams, SharedLogOffsets,
-    SharedOffset, TimestampAndOffset, WatchedOffset,
+    FetchDataInfo, FetchWatch, HandedOffLog, Log, LogAppendInfo, LogHandoff, LogOpenParams,
+    SharedLogOffsets, SharedOffset, TimestampAndOffset, WatchedOffset,
 };
 pub use log_dirs::{LogDir, LogDirHealth, LogDirs, LogDirsError, PartitionCheckpoint};
 pub use log_manager::{LogManager, LogManagerConfig};

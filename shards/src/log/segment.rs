@@ -14,11 +14,11 @@ use tracing::warn;
 use crate::runtime::activity::{self, ActivityKind};
 use crate::runtime::disk_bound;
 
-use super::file::{SegmentFile, PAGE_SIZE_BYTES};
+use super::file::{FileHandoff, SegmentFile, PAGE_SIZE_BYTES};
 use super::file_names::{
     INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, PREPARED_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX,
 };
-use super::index::{OffsetIndex, OffsetPosition, TimeIndex, TimestampOffset};
+use super::index::{IndexHandoff, OffsetIndex, OffsetPosition, TimeIndex, TimestampOffset};
 use super::record_batch::{
     validate_batch, BatchIter, RecordBatchHeader, NO_TIMESTAMP, RECORD_BATCH_OVERHEAD,
 };
@@ -89,6 +89,33 @@ pub struct SegmentRecovery {
     pub truncated_bytes: u64,
     /// (leader epoch, base offset) of every batch, in order, for the epoch cache.
     pub epochs: Vec<(i32, i64)>,
+}
+
+/// A segment as one shard hands it to another with its log (`Log::hand_off`):
+/// its files' descriptors, and what its files would give only after reads
+/// (indexes, the tail's last batch), which on a busy shard wait behind its
+/// other I/O for tens of milliseconds each.
+#[derive(Debug)]
+pub struct SegmentHandoff {
+    base_offset: i64,
+    log: FileHandoff,
+    offset_index: IndexHandoff<OffsetPosition>,
+    time_index: IndexHandoff<TimestampOffset>,
+    size_bytes: u64,
+    next_offset: i64,
+    bytes_since_last_index_entry: u64,
+    max_timestamp_so_far: TimestampOffset,
+    rolling_based_timestamp: Option<i64>,
+    created_ms: i64,
+    writeback_started_bytes: u64,
+    preallocated: bool,
+    recent_batches: VecDeque<(u64, RecordBatchHeader)>,
+}
+
+impl SegmentHandoff {
+    pub fn base_offset(&self) -> i64 {
+        self.base_offset
+    }
 }
 
 pub struct LogSegment {
@@ -337,6 +364,11 @@ impl LogSegment {
         Ok(segment)
     }
 
+    /// Whether blocks past the end were allocated ahead of the appends.
+    pub fn is_preallocated(&self) -> bool {
+        self.preallocated.get()
+    }
+
     /// Allocates the log file's blocks up to `size_bytes` for the appends to
     /// come (Kafka's `preallocate`); the file's size stays its data's.
     pub async fn preallocate(&self, size_bytes: u64) -> io::Result<()> {
@@ -381,6 +413,63 @@ impl LogSegment {
             preallocated: Cell::new(false),
             recent_batches: RefCell::default(),
         }
+    }
+
+    /// Gives the segment to another shard; its index entries must all be
+    /// written, and this one's indexes are left empty (its log is leaving
+    /// service). Fails only when the process is out of descriptors.
+    pub fn hand_off(&self) -> io::Result<SegmentHandoff> {
+        let log = self.log.hand_off()?;
+        let offset_index = self.offset_index.borrow_mut().hand_off()?;
+        let time_index = self.time_index.borrow_mut().hand_off()?;
+        Ok(SegmentHandoff {
+            base_offset: self.base_offset,
+            log,
+            offset_index,
+            time_index,
+            size_bytes: self.size_bytes(),
+            next_offset: self.next_offset(),
+            bytes_since_last_index_entry: self.bytes_since_last_index_entry.get(),
+            max_timestamp_so_far: self.max_timestamp_so_far.get(),
+            rolling_based_timestamp: self.rolling_based_timestamp.get(),
+            created_ms: self.created_ms,
+            writeback_started_bytes: self.writeback.started_bytes.get(),
+            preallocated: self.preallocated.get(),
+            recent_batches: self.recent_batches.borrow().0.clone(),
+        })
+    }
+
+    /// The segment another shard handed off, on this shard, without a read.
+    pub fn take_up(dir: &Path, handoff: SegmentHandoff, config: &LogConfig) -> Self {
+        let base_offset = handoff.base_offset;
+        let segment = Self::assemble(
+            dir,
+            base_offset,
+            SegmentFile::take_up(handoff.log),
+            OffsetIndex::take_up(handoff.offset_index, base_offset),
+            TimeIndex::take_up(handoff.time_index, base_offset),
+            config,
+            handoff.created_ms,
+        );
+        segment.size_bytes.set(handoff.size_bytes);
+        segment.next_offset.set(handoff.next_offset);
+        segment
+            .bytes_since_last_index_entry
+            .set(handoff.bytes_since_last_index_entry);
+        segment
+            .max_timestamp_so_far
+            .set(handoff.max_timestamp_so_far);
+        segment
+            .rolling_based_timestamp
+            .set(handoff.rolling_based_timestamp);
+        segment
+            .writeback
+            .started_bytes
+            .set(handoff.writeback_started_bytes);
+        segment.writeback.appended_bytes.set(handoff.size_bytes);
+        segment.preallocated.set(handoff.preallocated);
+        segment.recent_batches.borrow_mut().0 = handoff.recent_batches;
+        segment
     }
 
     /// Opens an existing segment. With `recover` set (or when an index is missing or

@@ -42,7 +42,7 @@ pub async fn open_log(dir: &Path, config: LogConfig, recovery_point: i64, clean:
         log_start_offset: None,
         health: LogDirHealth::new(dir),
         now_ms: 1_000,
-        producers: None,
+        handoff: None,
     })
     .await
     .expect("open log")

@@ -10,7 +10,7 @@ use crate::{
 };
 use std::{
     cell::Ref,
-    os::unix::io::{AsRawFd, FromRawFd, RawFd},
+    os::unix::io::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd},
     path::{Path, PathBuf},
 };
 
@@ -45,6 +45,16 @@ impl FromRawFd for BufferedFile {
 }
 
 impl BufferedFile {
+    /// A file from a descriptor opened elsewhere (another executor's file,
+    /// duplicated), known by `path`, which `rename` and `remove` need.
+    pub fn from_fd_and_path(fd: OwnedFd, path: PathBuf) -> BufferedFile {
+        // SAFETY: `fd` is open and owned, and ownership passes to the file.
+        let file = unsafe { GlommioFile::from_raw_fd(fd.into_raw_fd()) };
+        BufferedFile {
+            file: file.with_path(Some(path)),
+        }
+    }
+
     /// Returns true if the BufferedFile represent the same file on the
     /// underlying device.
     ///
