@@ -1119,3 +1119,34 @@ fn a_log_taken_up_from_another_shard_reads_none_of_its_files_and_still_removes_t
         assert_eq!(taken.log_start_offset(), *bases.last().unwrap());
     });
 }
+
+#[test]
+fn a_segment_rolled_for_size_keeps_its_last_unused_blocks() {
+    use std::os::unix::fs::MetadataExt;
+    const SEGMENT_BYTES: u64 = 4 * 1024 * 1024;
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let mut config = LogConfig::default();
+    config
+        .set("segment.bytes", &SEGMENT_BYTES.to_string())
+        .unwrap();
+    config.set("preallocate", "true").unwrap();
+    run(async {
+        let log = open_log(dir.path(), config, 0, false).await;
+        // Batches of about 960 KiB: the fifth does not fit, and rolls.
+        for i in 0..5 {
+            log.append_as_leader(batch(i * 16, 16, 60 * 1024, 5_000), 0, 5_000)
+                .await
+                .unwrap();
+        }
+        assert_eq!(log.segment_count(), 2);
+        eventually("the closed segment flushed", || log.recovery_point() >= 64).await;
+        let metadata = fs::metadata(segment_file_path(log.dir(), 0, LOG_FILE_SUFFIX)).unwrap();
+        assert!(SEGMENT_BYTES - metadata.len() < 1024 * 1024);
+        assert!(
+            metadata.blocks() * 512 >= SEGMENT_BYTES,
+            "less than a batch of blocks is not worth a truncate under the flush lock: {} of {}",
+            metadata.blocks() * 512,
+            metadata.len()
+        );
+    });
+}

@@ -858,9 +858,10 @@ impl Log {
         let segment = Rc::new(segment.map_err(|error| self.health.on_error(error.into()))?);
         self.segments.borrow_mut().insert(base, segment.clone());
         info!(partition = %self.topic_partition, base, "rolled a new segment");
-        // Give back the old segment's unused blocks and flush everything
-        // before the new segment in the background; only flushed data moves
-        // the recovery point (what a crash rescans).
+        // Give back the old segment's unused blocks (`worth_trimming`) and
+        // flush everything before the new segment in the background; only
+        // flushed data moves the recovery point (what a crash rescans).
+        let trim = worth_trimming(&old, &config);
         let health = self.health.clone();
         let flush_state = self.flush_state.clone();
         let generation = flush_state.generation.get();
@@ -894,9 +895,11 @@ impl Log {
             }
             // Flushed first, so ext4 does not hold the truncate until the
             // segment's data is written (data=ordered): seconds under load.
-            if let Err(error) = old.trim_preallocated().await {
-                health.on_error(error.into());
-                return;
+            if trim {
+                if let Err(error) = old.trim_preallocated().await {
+                    health.on_error(error.into());
+                    return;
+                }
             }
             flush_state
                 .recovery_point
@@ -1601,6 +1604,17 @@ fn first_record_at_or_after(
         }
     }
     Ok(whole_batch)
+}
+
+/// Whether a roll gives back the old segment's blocks preallocated past its
+/// end. A roll for size leaves less than a batch of them, not worth the
+/// truncate: under load it waits seconds for ext4's journal, holding the
+/// log's flush lock, which truncations (with the appends held) and shard
+/// moves wait for. A roll for time or a full index can leave most of
+/// `segment.bytes`; those go back.
+fn worth_trimming(old: &LogSegment, config: &LogConfig) -> bool {
+    old.is_preallocated()
+        && config.segment_bytes.saturating_sub(old.size_bytes()) > config.max_message_bytes as u64
 }
 
 /// A log's segments from its directory, after a crash or a restart: those
