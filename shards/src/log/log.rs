@@ -1684,6 +1684,7 @@ fn take_up_segments(
     handed_off: Vec<SegmentHandoff>,
     config: &LogConfig,
 ) -> BTreeMap<i64, Rc<LogSegment>> {
+    assert!(!handed_off.is_empty(), "a log has an active segment");
     handed_off
         .into_iter()
         .map(|segment| {
