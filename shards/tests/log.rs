@@ -1121,7 +1121,7 @@ fn a_log_taken_up_from_another_shard_reads_none_of_its_files_and_still_removes_t
 }
 
 #[test]
-fn a_segment_rolled_for_size_keeps_its_last_unused_blocks() {
+fn a_segment_rolled_for_size_keeps_its_last_unused_blocks_not_those_of_a_larger_preallocation() {
     use std::os::unix::fs::MetadataExt;
     const SEGMENT_BYTES: u64 = 4 * 1024 * 1024;
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
@@ -1148,5 +1148,24 @@ fn a_segment_rolled_for_size_keeps_its_last_unused_blocks() {
             metadata.blocks() * 512,
             metadata.len()
         );
+        // With segment.bytes lowered, the next roll for size leaves most of
+        // what was preallocated under the old setting: that goes back.
+        let mut config = LogConfig::default();
+        config.set("segment.bytes", "1048576").unwrap();
+        config.set("preallocate", "true").unwrap();
+        log.update_config(std::rc::Rc::new(config));
+        log.append_as_leader(batch(80, 16, 60 * 1024, 5_000), 0, 5_000)
+            .await
+            .unwrap();
+        assert_eq!(log.segment_count(), 3);
+        let path = segment_file_path(log.dir(), 64, LOG_FILE_SUFFIX);
+        eventually(
+            "the unused blocks of the old preallocation given back",
+            || {
+                let metadata = fs::metadata(&path).unwrap();
+                metadata.blocks() * 512 < metadata.len() + 64 * 1024
+            },
+        )
+        .await;
     });
 }

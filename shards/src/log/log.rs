@@ -352,7 +352,7 @@ impl Log {
         } else if config.preallocate {
             // The active segment again: its blocks ahead, as when it was created.
             let active = segments.values().next_back().unwrap();
-            if !active.is_preallocated() {
+            if active.preallocated_bytes() == 0 {
                 active.preallocate(config.segment_bytes).await?;
             }
         }
@@ -889,8 +889,9 @@ impl Log {
                 // Truncated meanwhile: these offsets may no longer exist, and
                 // a truncation into `old` took its preallocation already. Or
                 // the log left this shard: its files are no longer ours to
-                // change, and `old` keeps the blocks past its end, little
-                // for a segment rolled full.
+                // change, and `old` keeps the blocks past its end until it
+                // is deleted (the next shard trims only its active segment).
+                // For a segment rolled full that is less than a batch.
                 return;
             }
             // Flushed first, so ext4 does not hold the truncate until the
@@ -1444,7 +1445,7 @@ impl Log {
         }
         let _no_epoch_write = permit(&self.epoch_checkpoint.lock).await;
         self.remove_next_segment().await?;
-        // Preallocated blocks stay: the next shard would allocate them again.
+        // Preallocated blocks stay: the next shard takes them up.
         for segment in self.segments.borrow().values() {
             segment
                 .write_pending_index_entries()
@@ -1607,14 +1608,17 @@ fn first_record_at_or_after(
 }
 
 /// Whether a roll gives back the old segment's blocks preallocated past its
-/// end. A roll for size leaves less than a batch of them, not worth the
-/// truncate: under load it waits seconds for ext4's journal, holding the
-/// log's flush lock, which truncations (with the appends held) and shard
-/// moves wait for. A roll for time or a full index can leave most of
-/// `segment.bytes`; those go back.
+/// end: when more than `max.message.bytes` of them, or an eighth of the
+/// preallocation if less, are left. A roll for size leaves less than the
+/// batch that did not fit, under 1 MiB of a 1 GiB segment: not worth the
+/// truncate, which under load waits seconds for ext4's journal, holding the
+/// log's flush lock that truncations (with the appends held) and shard moves
+/// wait for. A roll for time or a full index can leave most of the segment's
+/// blocks; those go back.
 fn worth_trimming(old: &LogSegment, config: &LogConfig) -> bool {
-    old.is_preallocated()
-        && config.segment_bytes.saturating_sub(old.size_bytes()) > config.max_message_bytes as u64
+    let preallocated_bytes = old.preallocated_bytes();
+    let unused_bytes = preallocated_bytes.saturating_sub(old.size_bytes());
+    unused_bytes > (config.max_message_bytes as u64).min(preallocated_bytes / 8)
 }
 
 /// A log's segments from its directory, after a crash or a restart: those

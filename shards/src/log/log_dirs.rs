@@ -125,9 +125,8 @@ pub struct LogDirs {
     state: Mutex<Vec<DirState>>,
     /// The directories that went offline, in order, until taken.
     failures: Mutex<Option<mpsc::Receiver<PathBuf>>>,
-    /// The idempotent producers of logs one shard handed off
-    /// (`LogManager::hand_off`; their checkpoints are in `state`), for the
-    /// shard the partition moves to.
+    /// Logs one shard handed off (`LogManager::hand_off`; their checkpoints
+    /// are in `state`), for the shard the partition moves to to take up.
     handoffs: Mutex<BTreeMap<TopicPartition, HandedOffLog>>,
 }
 

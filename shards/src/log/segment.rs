@@ -108,7 +108,7 @@ pub struct SegmentHandoff {
     rolling_based_timestamp: Option<i64>,
     created_ms: i64,
     writeback_started_bytes: u64,
-    preallocated: bool,
+    preallocated_bytes: u64,
     recent_batches: VecDeque<(u64, RecordBatchHeader)>,
 }
 
@@ -133,9 +133,10 @@ pub struct LogSegment {
     created_ms: i64,
     index_interval_bytes: u64,
     writeback: Rc<Writeback>,
-    /// Whether blocks past the end were preallocated (`preallocate`), for the
-    /// roll to give back.
-    preallocated: Cell<bool>,
+    /// The blocks allocated ahead of the appends from the file's start
+    /// (`preallocate`), for a roll or a close to give back what is past the
+    /// data; 0 once given back.
+    preallocated_bytes: Cell<u64>,
     recent_batches: RefCell<RecentBatches>,
 }
 
@@ -236,6 +237,8 @@ pub struct PreparedSegment {
     log: SegmentFile,
     offset_index: SegmentFile,
     time_index: SegmentFile,
+    /// The `.log`'s blocks allocated.
+    size_bytes: u64,
 }
 
 /// Numbers each preparation of the process, for its files' names.
@@ -259,12 +262,14 @@ impl PreparedSegment {
             log,
             offset_index: SegmentFile::create(&path(INDEX_FILE_SUFFIX)).await?,
             time_index: SegmentFile::create(&path(TIME_INDEX_FILE_SUFFIX)).await?,
+            size_bytes,
         })
     }
 
     /// Removes the files (a log closing or handed off with its next segment
     /// unused). A file already gone is fine: a preparation finished after its
-    /// log was handed off finds them removed by the next shard's load.
+    /// log was handed off may find them removed by the next shard's load (out
+    /// of descriptors, the next shard opens the files).
     pub async fn remove(self, hold: Duration) -> io::Result<()> {
         for file in [self.log, self.offset_index, self.time_index] {
             match file.remove(hold).await {
@@ -342,6 +347,7 @@ impl LogSegment {
             mut log,
             mut offset_index,
             mut time_index,
+            size_bytes,
         } = prepared;
         for (file, suffix) in [
             (&mut offset_index, INDEX_FILE_SUFFIX),
@@ -360,20 +366,20 @@ impl LogSegment {
             config,
             now_ms,
         );
-        segment.preallocated.set(true);
+        segment.preallocated_bytes.set(size_bytes);
         Ok(segment)
     }
 
-    /// Whether blocks past the end were allocated ahead of the appends.
-    pub fn is_preallocated(&self) -> bool {
-        self.preallocated.get()
+    /// See `preallocated_bytes` on the struct.
+    pub fn preallocated_bytes(&self) -> u64 {
+        self.preallocated_bytes.get()
     }
 
     /// Allocates the log file's blocks up to `size_bytes` for the appends to
     /// come (Kafka's `preallocate`); the file's size stays its data's.
     pub async fn preallocate(&self, size_bytes: u64) -> io::Result<()> {
         self.log.preallocate(size_bytes).await?;
-        self.preallocated.set(true);
+        self.preallocated_bytes.set(size_bytes);
         Ok(())
     }
 
@@ -381,7 +387,7 @@ impl LogSegment {
     /// being active or its log closes. The caller holds the log's append lock:
     /// a truncation must not race this one.
     pub async fn trim_preallocated(&self) -> io::Result<()> {
-        if self.preallocated.replace(false) {
+        if self.preallocated_bytes.replace(0) > 0 {
             disk_bound(self.log.truncate(self.size_bytes())).await?;
         }
         Ok(())
@@ -410,7 +416,7 @@ impl LogSegment {
             created_ms: now_ms,
             index_interval_bytes: config.index_interval_bytes,
             writeback: Rc::default(),
-            preallocated: Cell::new(false),
+            preallocated_bytes: Cell::new(0),
             recent_batches: RefCell::default(),
         }
     }
@@ -434,7 +440,7 @@ impl LogSegment {
             rolling_based_timestamp: self.rolling_based_timestamp.get(),
             created_ms: self.created_ms,
             writeback_started_bytes: self.writeback.started_bytes.get(),
-            preallocated: self.preallocated.get(),
+            preallocated_bytes: self.preallocated_bytes.get(),
             recent_batches: self.recent_batches.borrow().0.clone(),
         })
     }
@@ -467,7 +473,7 @@ impl LogSegment {
             .started_bytes
             .set(handoff.writeback_started_bytes);
         segment.writeback.appended_bytes.set(handoff.size_bytes);
-        segment.preallocated.set(handoff.preallocated);
+        segment.preallocated_bytes.set(handoff.preallocated_bytes);
         segment.recent_batches.borrow_mut().0 = handoff.recent_batches;
         segment
     }
@@ -961,7 +967,7 @@ impl LogSegment {
         offset_file.truncate(index_size).await?;
         time_file.truncate(time_size).await?;
         self.log.truncate(position).await?;
-        self.preallocated.set(false); // what was past `position` is gone too
+        self.preallocated_bytes.set(0); // what was past `position` is gone too
         self.size_bytes.set(position);
         // What was handed to writeback past the new end is gone.
         let writeback = &self.writeback;
