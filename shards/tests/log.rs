@@ -20,6 +20,20 @@ fn small_segments() -> LogConfig {
     config
 }
 
+/// `segment.bytes` of the tests of `preallocate`: big enough for the next
+/// segment to be prepared in the background while batches of about 960 KiB
+/// fill the active one.
+const SEGMENT_BYTES: u64 = 4 * 1024 * 1024;
+
+fn preallocated_segments(segment_bytes: u64) -> LogConfig {
+    let mut config = LogConfig::default();
+    config
+        .set("segment.bytes", &segment_bytes.to_string())
+        .unwrap();
+    config.set("preallocate", "true").unwrap();
+    config
+}
+
 #[test]
 fn appends_assign_offsets_and_reads_return_whole_batches() {
     let dir = tempfile::tempdir().unwrap();
@@ -684,7 +698,6 @@ fn appended_data_is_written_back_as_it_goes() {
 #[test]
 fn preallocated_segments_keep_their_size_and_give_back_blocks_when_they_roll() {
     use std::os::unix::fs::MetadataExt;
-    const SEGMENT_BYTES: u64 = 4 * 1024 * 1024;
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let partition_dir = dir.path().join("topic-0");
     let path = |base: i64, suffix: &str| segment_file_path(&partition_dir, base, suffix);
@@ -694,11 +707,7 @@ fn preallocated_segments_keep_their_size_and_give_back_blocks_when_they_roll() {
         (meta.len(), meta.blocks() * 512)
     };
     let prepared = |base: i64| prepared_files(&partition_dir, base);
-    let mut config = LogConfig::default();
-    config
-        .set("segment.bytes", &SEGMENT_BYTES.to_string())
-        .unwrap();
-    config.set("preallocate", "true").unwrap();
+    let config = preallocated_segments(SEGMENT_BYTES);
     run(async {
         let log = std::rc::Rc::new(open_log(dir.path(), config.clone(), 0, false).await);
         let (size, allocated) = sizes(0);
@@ -938,15 +947,9 @@ async fn log_on_the_first_of_two_shards(
 fn a_log_handed_off_while_its_next_segment_is_prepared_leaves_the_next_shard_its_own() {
     use shards::log::{LogDirs, TopicPartition};
     use std::os::unix::fs::MetadataExt;
-    const SEGMENT_BYTES: u64 = 4 * 1024 * 1024;
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     let dirs = LogDirs::open(&[dir.path().to_owned()]).unwrap();
-    let mut config = LogConfig::default();
-    config
-        .set("segment.bytes", &SEGMENT_BYTES.to_string())
-        .unwrap();
-    config.set("preallocate", "true").unwrap();
-    let config = std::rc::Rc::new(config);
+    let config = std::rc::Rc::new(preallocated_segments(SEGMENT_BYTES));
     run(async {
         let (from, to, log) = log_on_the_first_of_two_shards(&dirs, &config).await;
         let (tp, topic_id) = (TopicPartition::new("t", 0), MOVED_TOPIC_ID);
@@ -1123,13 +1126,8 @@ fn a_log_taken_up_from_another_shard_reads_none_of_its_files_and_still_removes_t
 #[test]
 fn a_segment_rolled_for_size_keeps_its_last_unused_blocks_not_those_of_a_larger_preallocation() {
     use std::os::unix::fs::MetadataExt;
-    const SEGMENT_BYTES: u64 = 4 * 1024 * 1024;
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
-    let mut config = LogConfig::default();
-    config
-        .set("segment.bytes", &SEGMENT_BYTES.to_string())
-        .unwrap();
-    config.set("preallocate", "true").unwrap();
+    let config = preallocated_segments(SEGMENT_BYTES);
     run(async {
         let log = open_log(dir.path(), config, 0, false).await;
         // Batches of about 960 KiB: the fifth does not fit, and rolls.
@@ -1150,10 +1148,7 @@ fn a_segment_rolled_for_size_keeps_its_last_unused_blocks_not_those_of_a_larger_
         );
         // With segment.bytes lowered, the next roll for size leaves most of
         // what was preallocated under the old setting: that goes back.
-        let mut config = LogConfig::default();
-        config.set("segment.bytes", "1048576").unwrap();
-        config.set("preallocate", "true").unwrap();
-        log.update_config(std::rc::Rc::new(config));
+        log.update_config(std::rc::Rc::new(preallocated_segments(1024 * 1024)));
         log.append_as_leader(batch(80, 16, 60 * 1024, 5_000), 0, 5_000)
             .await
             .unwrap();
