@@ -5,5 +5,6 @@ pub mod broker_clocks;
 pub mod brokers;
 pub mod cluster;
 pub mod java_clients;
+pub mod memory_cgroup;
 pub mod report;
 pub mod workloads;

@@ -16,6 +16,7 @@ use bench::broker_clocks::{self, Sampler, Scrape, Second};
 use bench::brokers::{self, BrokerKind, BrokerSources, CpuSeconds, RunningBroker, DELETE_DELAY_MS};
 use bench::cluster::{self, Cluster};
 use bench::java_clients;
+use bench::memory_cgroup::MemoryCgroup;
 use bench::report::{self, format_value, Series};
 use bench::workloads::{
     self, latency_ms, ClientSecond, ProduceSpec, Timeline, WARM_UP_RECORDS_PER_PARTITION,
@@ -62,6 +63,11 @@ struct Args {
     /// A `key=value` added to ringbroker's server.properties (repeatable).
     #[arg(long = "ringbroker-config")]
     ringbroker_config: Vec<String>,
+    /// Run in a memory cgroup of this many GiB, with everything started (both
+    /// brokers alike), so the page cache recycles its own pages as on a
+    /// machine whose memory it has filled (bench/src/memory_cgroup.rs).
+    #[arg(long)]
+    memory_limit_gib: Option<u64>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -792,6 +798,10 @@ fn charts(runs: &[Run], results_dir: &std::path::Path, stamp: &str) -> Vec<Strin
 
 fn main() {
     let args = Args::parse();
+    // Before anything is started, so all of it is born inside; dropped last.
+    let cgroup = args
+        .memory_limit_gib
+        .map(|gib| MemoryCgroup::enter(gib << 30));
     let sources = BrokerSources {
         ringbroker_bin: args.ringbroker_bin.clone(),
         kafka_run_class: args.kafka_run_class.clone(),
@@ -860,6 +870,13 @@ fn main() {
         .iter()
         .map(|(t, k, p)| format!("{} on {}: {p:.2}% of a core", k.name(), t.name()))
         .collect();
+    let memory = match &cgroup {
+        Some(cgroup) => format!(
+            "The bench, the brokers and their clients ran in a memory cgroup of {} GiB, so the page cache recycled its own pages as on a machine whose memory it has filled.",
+            cgroup.limit_bytes >> 30
+        ),
+        None => "No memory limit: on a VM, page-cache pages taken from free memory may cost the host's page faults.".to_owned(),
+    };
     let command: Vec<String> = std::env::args().collect();
     let ringbroker_config = match args.ringbroker_config.as_slice() {
         [] => "its defaults".to_owned(),
@@ -875,6 +892,7 @@ fn main() {
          then counts from when each record was due (coordinated omission corrected), acknowledgement and end to end (a consumer reading from the end); \
          Java ProducerPerformance (batch.size=262144) counts from send(), leaves its first {PRODUCER_PERFORMANCE_WARMUP_SECONDS} s out of its percentiles (--warmup-records) and gives no p99.99; its timeline is its 5-second windows (average and max); \
          EndToEndLatency sends one record at a time and waits for its consumer to read it, whole milliseconds.\n\n\
+         {memory}\n\n\
          Idle (after start, {IDLE_SECONDS} s without traffic): {}.\n\n{}{}\n## Slowest requests (ringbroker)\n{}\n## Latency over time\n\n{}\n\nCommand: `{}`\n",
         maxima.join("; "),
         args.seconds,
