@@ -63,11 +63,13 @@ impl MemoryCgroup {
 
 impl Drop for MemoryCgroup {
     /// Back to the parent, then the cgroup is removed; by now everything
-    /// started inside has exited (the kernel refuses otherwise).
+    /// started inside has exited (the kernel refuses otherwise). Reports
+    /// rather than panics: a drop may run while unwinding.
     fn drop(&mut self) {
-        write(&self.parent_procs, &std::process::id().to_string());
-        if let Err(error) = std::fs::remove_dir(&self.path) {
-            eprintln!("remove {}: {error}", self.path.display());
+        let left = std::fs::write(&self.parent_procs, std::process::id().to_string())
+            .and_then(|()| std::fs::remove_dir(&self.path));
+        if let Err(error) = left {
+            eprintln!("leave the memory cgroup {}: {error}", self.path.display());
         }
     }
 }
