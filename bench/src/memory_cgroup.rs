@@ -51,13 +51,18 @@ impl MemoryCgroup {
         let path = parent.join(format!("tail-latency-{}", std::process::id()));
         std::fs::create_dir(&path)
             .unwrap_or_else(|e| panic!("create the memory cgroup {}: {e}", path.display()));
-        write(&path.join(limit_file), &limit_bytes.to_string());
-        write(&path.join("cgroup.procs"), &std::process::id().to_string());
-        MemoryCgroup {
+        // Made first, so a refused write below removes the cgroup as it unwinds.
+        let cgroup = MemoryCgroup {
             path,
             parent_procs: parent.join("cgroup.procs"),
             limit_bytes,
-        }
+        };
+        write(&cgroup.path.join(limit_file), &limit_bytes.to_string());
+        write(
+            &cgroup.path.join("cgroup.procs"),
+            &std::process::id().to_string(),
+        );
+        cgroup
     }
 }
 

@@ -799,9 +799,12 @@ fn charts(runs: &[Run], results_dir: &std::path::Path, stamp: &str) -> Vec<Strin
 fn main() {
     let args = Args::parse();
     // Before anything is started, so all of it is born inside; dropped last.
-    let cgroup = args
-        .memory_limit_gib
-        .map(|gib| MemoryCgroup::enter(gib << 30));
+    let cgroup = args.memory_limit_gib.map(|gib| {
+        MemoryCgroup::enter(
+            gib.checked_mul(1 << 30)
+                .expect("--memory-limit-gib in bytes fits a u64"),
+        )
+    });
     let sources = BrokerSources {
         ringbroker_bin: args.ringbroker_bin.clone(),
         kafka_run_class: args.kafka_run_class.clone(),
