@@ -77,19 +77,32 @@ pub fn parse_producer_performance(output: &str, elapsed: Duration) -> ProducerPe
     }
 }
 
-/// `records` of 1 KiB at `rate` records/s to `topic`, acks as given, with
-/// the producer of the report: linger.ms=5, batch.size=262144; the
+/// One ProducerPerformance run: `records` of 1 KiB at `rate` records/s to
+/// `topic`, with the producer of the report's batch.size=262144; the
 /// first `warmup_records` (its connections made, its JIT warm) are left out
 /// of the percentiles.
+pub struct ProducerPerformanceSpec<'a> {
+    pub topic: &'a str,
+    pub records: u64,
+    pub warmup_records: u64,
+    pub rate: f64,
+    pub acks: &'a str,
+    pub linger_ms: u32,
+}
+
 pub fn producer_performance(
     kafka_run_class: &Path,
     bootstrap: &str,
-    topic: &str,
-    records: u64,
-    warmup_records: u64,
-    rate: f64,
-    acks: &str,
+    spec: &ProducerPerformanceSpec<'_>,
 ) -> ProducerPerformance {
+    let &ProducerPerformanceSpec {
+        topic,
+        records,
+        warmup_records,
+        rate,
+        acks,
+        linger_ms,
+    } = spec;
     assert!(warmup_records < records);
     let started = Instant::now();
     let args: Vec<String> = [
@@ -106,7 +119,7 @@ pub fn producer_performance(
         "--producer-props",
         &format!("bootstrap.servers={bootstrap}"),
         &format!("acks={acks}"),
-        "linger.ms=5",
+        &format!("linger.ms={linger_ms}"),
         "batch.size=262144",
     ]
     .iter()
