@@ -234,6 +234,9 @@ struct Run {
 
 struct BrokerSide {
     phases: Scrape,
+    /// Fetch's phases: an end-to-end tail is the broker's when its Fetch
+    /// LocalTime is; a long ResponseSend is a consumer not reading.
+    fetch_phases: Scrape,
     seconds: Vec<Second>,
     slowest: Vec<(f64, String)>,
 }
@@ -260,14 +263,20 @@ fn with_broker_clocks<T>(
     let metrics = deployment.metrics_addresses();
     let clocked = !metrics.is_empty();
     let since_ms = broker_clocks::wall_clock_ms();
-    let before = clocked.then(|| broker_clocks::scrape(&metrics, "Produce"));
+    let before = clocked.then(|| {
+        (
+            broker_clocks::scrape(&metrics, "Produce"),
+            broker_clocks::scrape(&metrics, "Fetch"),
+        )
+    });
     let sampler = Sampler::start(metrics.clone());
     let cpu = deployment.cpu_seconds();
     let outcome = work();
     let cpu = deployment.cpu_seconds() - cpu;
     let seconds = sampler.finish();
-    let broker = before.map(|before| BrokerSide {
-        phases: broker_clocks::scrape(&metrics, "Produce").since(&before),
+    let broker = before.map(|(produce, fetch)| BrokerSide {
+        phases: broker_clocks::scrape(&metrics, "Produce").since(&produce),
+        fetch_phases: broker_clocks::scrape(&metrics, "Fetch").since(&fetch),
         seconds,
         slowest: broker_clocks::slowest_produces(&metrics, since_ms, SLOWEST_LISTED),
     });
@@ -619,8 +628,9 @@ fn tables(runs: &[Run]) -> String {
 fn client_clocks(runs: &[Run]) -> String {
     let mut out = String::from(
         "\nlibrdkafka's own clocks over the same runs (its statistics each second, the worst broker connection's; ms): a record's wait in the client until it is in a request (int_latency, linger.ms included), a request's wait to be written to the socket (outbuf_latency), and the round trip from that write to the response (rtt: the kernel both ways and the broker). \
-         Per clock: the median second's p99, the worst second's p99.99, the run's max; beside them the client's ack p99.9 and ringbroker's Produce TotalTimeMs p99.9.\n\n\
-         | run | broker | ack p99.9 | queue p99 | queue p99.99 | queue max | outbuf p99 | outbuf p99.99 | outbuf max | rtt p99 | rtt p99.99 | rtt max | broker total p99.9 |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+         Per clock: the median second's p99, the worst second's p99.99, the run's max; beside them the client's ack p99.9 and ringbroker's Produce TotalTimeMs p99.9; \
+         then the client's end-to-end p99.9 and ringbroker's Fetch LocalTimeMs and ResponseSendTimeMs p99.9 (its RemoteTime is the wait for data, up to fetch.wait.max.ms; a long send is a consumer not reading its socket).\n\n\
+         | run | broker | ack p99.9 | queue p99 | queue p99.99 | queue max | outbuf p99 | outbuf p99.99 | outbuf max | rtt p99 | rtt p99.99 | rtt max | broker total p99.9 | end-to-end p99.9 | Fetch local p99.9 | Fetch send p99.9 |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for run in runs.iter().filter(|r| !r.client_seconds.is_empty()) {
         let mut cells = Vec::new();
@@ -645,14 +655,21 @@ fn client_clocks(runs: &[Run]) -> String {
             cells.push(worst(|w| w.p99_99));
             cells.push(worst(|w| w.max));
         }
-        let broker_total = run.broker.as_ref().map_or(f64::NAN, |b| {
-            b.phases
-                .phases
-                .get("total")
-                .map_or(f64::NAN, |h| h.quantile_ms(0.999))
-        });
+        let broker_p999 = |phases: fn(&BrokerSide) -> &Scrape, phase: &str| {
+            run.broker.as_ref().map_or(f64::NAN, |b| {
+                phases(b)
+                    .phases
+                    .get(phase)
+                    .map_or(f64::NAN, |h| h.quantile_ms(0.999))
+            })
+        };
+        let end_to_end = run
+            .figures
+            .iter()
+            .find(|f| f.measure == "end-to-end")
+            .map_or(f64::NAN, |f| f.p999);
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
             run_label(run),
             run.kind.name(),
             format_value(run.figures[0].p999),
@@ -661,7 +678,10 @@ fn client_clocks(runs: &[Run]) -> String {
                 .map(|v| format_value(*v))
                 .collect::<Vec<_>>()
                 .join(" | "),
-            format_value(broker_total),
+            format_value(broker_p999(|b| &b.phases, "total")),
+            format_value(end_to_end),
+            format_value(broker_p999(|b| &b.fetch_phases, "local")),
+            format_value(broker_p999(|b| &b.fetch_phases, "send")),
         ));
     }
     out
