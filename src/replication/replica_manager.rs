@@ -69,9 +69,13 @@ pub enum Handoff {
 /// How many of a partition's requests (of some kind) are in flight.
 type InFlightCount = fn(&Partition) -> usize;
 
-/// How long a partition leaving this shard waits for each of its drains
-/// before the move is given up.
-const HANDOFF_DRAIN_TIMEOUT: Duration = Duration::from_secs(1);
+/// The longest a partition leaving this shard holds its new requests while
+/// those in flight drain: past it the move is given up, the partition serves
+/// on here and the balancer tries again in a later round. A produce can stay
+/// in flight for long (an append behind the kernel's dirty-page throttling
+/// took 544 ms, an acks=all one waits for its followers); a move must not
+/// hold the partition's other requests that long.
+const HANDOFF_DRAIN_TIMEOUT: Duration = Duration::from_millis(50);
 
 /// A fetch parked on this shard's partitions: its watch registered with them
 /// and in `ReplicaManager::parked_fetches`, until dropped.
@@ -347,8 +351,8 @@ impl ReplicaManager {
 
     /// Takes a partition this shard leads out of it for another shard of
     /// the broker: new produces wait while those in flight finish, then
-    /// every new request waits while those in flight finish (each drain at
-    /// most `HANDOFF_DRAIN_TIMEOUT`, or the move is given up), then the
+    /// every new request waits while those in flight finish (both drains
+    /// within `HANDOFF_DRAIN_TIMEOUT`, or the move is given up), then the
     /// partition stops here and its log is handed off. The partition serves
     /// nowhere until an image places it on its next shard.
     pub async fn hand_off(&self, tp: &TopicPartition) -> Result<(), ResponseError> {
@@ -365,9 +369,9 @@ impl ReplicaManager {
             ),
             (Handoff::Closing, Partition::requests_in_flight),
         ];
+        let deadline = Instant::now() + HANDOFF_DRAIN_TIMEOUT;
         for (stage, in_flight) in drains {
             self.handoffs.borrow_mut().insert(tp.clone(), stage);
-            let deadline = Instant::now() + HANDOFF_DRAIN_TIMEOUT;
             while in_flight(&partition) > 0 {
                 if Instant::now() >= deadline {
                     self.handoffs.borrow_mut().remove(tp);
