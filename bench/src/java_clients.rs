@@ -6,6 +6,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crate::workloads::ProduceSpec;
+
 /// What ProducerPerformance printed: its final percentiles (ms), of the
 /// records after its warm-up, and its 5-second windows (seconds from its
 /// start, average and max ms).
@@ -77,49 +79,35 @@ pub fn parse_producer_performance(output: &str, elapsed: Duration) -> ProducerPe
     }
 }
 
-/// One ProducerPerformance run: `records` of 1 KiB at `rate` records/s to
-/// `topic`, with the producer of the report's batch.size=262144; the
-/// first `warmup_records` (its connections made, its JIT warm) are left out
-/// of the percentiles.
-pub struct ProducerPerformanceSpec<'a> {
-    pub topic: &'a str,
-    pub records: u64,
-    pub warmup_records: u64,
-    pub rate: f64,
-    pub acks: &'a str,
-    pub linger_ms: u32,
-}
-
+/// ProducerPerformance sending `spec`'s records at its fixed rate, with the
+/// producer of the report's batch.size=262144 (over all the topic's
+/// partitions, whatever `spec.partitions` says); the first `warmup_records`
+/// (its connections made, its JIT warm) are left out of the percentiles.
 pub fn producer_performance(
     kafka_run_class: &Path,
     bootstrap: &str,
-    spec: &ProducerPerformanceSpec<'_>,
+    spec: &ProduceSpec<'_>,
+    warmup_records: u64,
 ) -> ProducerPerformance {
-    let &ProducerPerformanceSpec {
-        topic,
-        records,
-        warmup_records,
-        rate,
-        acks,
-        linger_ms,
-    } = spec;
+    let records = spec.records;
+    let rate = spec.rate.expect("ProducerPerformance runs at a fixed rate");
     assert!(warmup_records < records);
     let started = Instant::now();
     let args: Vec<String> = [
         "--topic",
-        topic,
+        spec.topic,
         "--num-records",
         &records.to_string(),
         "--record-size",
-        "1024",
+        &spec.value_bytes.to_string(),
         "--warmup-records",
         &warmup_records.to_string(),
         "--throughput",
         &format!("{rate:.0}"),
         "--producer-props",
         &format!("bootstrap.servers={bootstrap}"),
-        &format!("acks={acks}"),
-        &format!("linger.ms={linger_ms}"),
+        &format!("acks={}", spec.acks),
+        &format!("linger.ms={}", spec.linger_ms),
         "batch.size=262144",
     ]
     .iter()

@@ -15,7 +15,7 @@ use std::time::Duration;
 use bench::broker_clocks::{self, Sampler, Scrape, Second};
 use bench::brokers::{self, BrokerKind, BrokerSources, CpuSeconds, RunningBroker, DELETE_DELAY_MS};
 use bench::cluster::{self, Cluster};
-use bench::java_clients::{self, ProducerPerformanceSpec};
+use bench::java_clients;
 use bench::memory_cgroup::MemoryCgroup;
 use bench::report::{self, format_value, Series};
 use bench::workloads::{
@@ -310,18 +310,18 @@ fn fixed_rate_run(
     );
     workloads::warm_up_topic(&bootstrap, &topic, PARTITIONS);
     let records = (rate * args.seconds as f64) as u64;
+    let spec = ProduceSpec {
+        topic: &topic,
+        partitions: PARTITIONS,
+        records,
+        value_bytes: 1024,
+        acks,
+        linger_ms: args.linger_ms,
+        rate: Some(rate),
+    };
     let ((figures, client_seconds, elapsed), cpu, broker) =
         with_broker_clocks(deployment, || match client {
             "librdkafka" => {
-                let spec = ProduceSpec {
-                    topic: &topic,
-                    partitions: PARTITIONS,
-                    records,
-                    value_bytes: 1024,
-                    acks,
-                    linger_ms: args.linger_ms,
-                    rate: Some(rate),
-                };
                 let (produced, consumed) = workloads::produce_and_consume(&bootstrap, &spec);
                 (
                     vec![
@@ -340,16 +340,8 @@ fn fixed_rate_run(
                 let perf = java_clients::producer_performance(
                     &args.kafka_run_class,
                     &bootstrap,
-                    &ProducerPerformanceSpec {
-                        topic: &topic,
-                        records,
-                        warmup_records: (rate * PRODUCER_PERFORMANCE_WARMUP_SECONDS)
-                            .min(records as f64 / 2.0)
-                            as u64,
-                        rate,
-                        acks,
-                        linger_ms: args.linger_ms,
-                    },
+                    &spec,
+                    (rate * PRODUCER_PERFORMANCE_WARMUP_SECONDS).min(records as f64 / 2.0) as u64,
                 );
                 let figures = ClientFigures {
                     measure: "ack",
