@@ -328,15 +328,24 @@ fn a_returning_leader_truncates_what_the_new_leader_never_had() {
         || full_isr(&zk, "diverged", 1),
     );
     replicas_agree(&brokers, "diverged", 1);
-    // Where the old leader's epoch ended on the new leader: after the
+    // Where the old leader's epoch ended on the leader: after the
     // acknowledged records, at every version (v0-1 are Kafka 3.9's codecs).
+    // The returned broker is the preferred replica, and the controller's
+    // first rebalance check (5 s after it took office) may hand it the
+    // leadership back meanwhile: ask whichever broker leads, again while the
+    // answer is NOT_LEADER_OR_FOLLOWER.
     for version in 0..=4 {
-        let answer = offset_for_leader_epoch(
-            &all[(new_leader - 1) as usize],
-            version,
-            "diverged",
-            old_epoch,
-        );
+        let mut answer = (0, 0);
+        wait(Duration::from_secs(10), "an answer from the leader", || {
+            let (leader, _) = state(&zk, "diverged", 0);
+            answer = offset_for_leader_epoch(
+                &all[(leader - 1) as usize],
+                version,
+                "diverged",
+                old_epoch,
+            );
+            answer.0 != 6
+        });
         assert_eq!(answer, (0, 100), "v{version}");
     }
     let returned_log = brokers[(old_leader - 1) as usize].log();
