@@ -11,7 +11,7 @@ use hdrhistogram::Histogram;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication, TopicResult};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, KafkaResult, RDKafkaErrorCode};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
@@ -129,10 +129,54 @@ struct AckContext {
     started: Instant,
     /// Bounded by the run's length in statistics intervals.
     client_seconds: Mutex<Vec<ClientSecond>>,
+    produce_requests: RequestCount,
 }
+
+/// How many requests of one API a client has sent, as of its last
+/// statistics (each `STATISTICS_INTERVAL_MS`): what a broker's cost per
+/// byte depends on besides the bytes.
+#[derive(Default)]
+struct RequestCount {
+    sent: AtomicU64,
+    /// `sent` when the timed part of a run began.
+    at_start: AtomicU64,
+}
+
+impl RequestCount {
+    fn update(&self, statistics: &rdkafka::Statistics, api: &str) {
+        let sent: i64 = statistics
+            .brokers
+            .values()
+            .filter_map(|broker| broker.req.get(api))
+            .sum();
+        self.sent.store(sent as u64, Ordering::Relaxed);
+    }
+
+    fn start(&self) {
+        self.at_start
+            .store(self.sent.load(Ordering::Relaxed), Ordering::Relaxed);
+    }
+
+    fn since_start(&self) -> u64 {
+        self.sent.load(Ordering::Relaxed) - self.at_start.load(Ordering::Relaxed)
+    }
+}
+
+/// A consumer's context: counts its Fetch requests.
+#[derive(Default)]
+struct FetchCount(RequestCount);
+
+impl ClientContext for FetchCount {
+    fn stats(&self, statistics: rdkafka::Statistics) {
+        self.0.update(&statistics, "Fetch");
+    }
+}
+
+impl ConsumerContext for FetchCount {}
 
 impl ClientContext for AckContext {
     fn stats(&self, statistics: rdkafka::Statistics) {
+        self.produce_requests.update(&statistics, "Produce");
         let second = statistics.brokers.values().fold(
             ClientSecond {
                 at_s: self.started.elapsed().as_secs_f64(),
@@ -178,6 +222,8 @@ pub struct ProduceOutcome {
     pub ack_timeline: Timeline,
     /// librdkafka's own clocks, one per statistics interval.
     pub client_seconds: Vec<ClientSecond>,
+    /// Produce requests sent, as of the producer's last statistics.
+    pub produce_requests: u64,
 }
 
 pub struct ProduceSpec<'a> {
@@ -204,6 +250,7 @@ fn producer(address: &str, spec: &ProduceSpec<'_>) -> ThreadedProducer<AckContex
             latency_us: Mutex::new((new_histogram(), Timeline::new())),
             started: Instant::now(),
             client_seconds: Mutex::new(Vec::new()),
+            produce_requests: RequestCount::default(),
         })
         .expect("create the producer")
 }
@@ -248,6 +295,7 @@ fn connect_to_every_leader(producer: &ThreadedProducer<AckContext>, spec: &Produ
         .flush(Duration::from_secs(60))
         .expect("every untimed record acknowledged");
     producer.context().client_seconds.lock().unwrap().clear();
+    producer.context().produce_requests.start();
 }
 
 /// Fixed-rate records are released in ticks of this length: every record
@@ -315,6 +363,7 @@ pub fn produce(address: &str, spec: &ProduceSpec<'_>) -> ProduceOutcome {
         ack_latency_us,
         ack_timeline,
         client_seconds,
+        produce_requests: context.produce_requests.since_start(),
     }
 }
 
@@ -326,17 +375,25 @@ pub struct ConsumeOutcome {
     /// From each record's due time to its arrival, in µs.
     pub end_to_end_us: Histogram<u64>,
     pub end_to_end_timeline: Timeline,
+    /// Fetch requests sent, as of the consumer's last statistics.
+    pub fetch_requests: u64,
 }
 
 /// A consumer assigned every partition of `topic`, from the beginning or,
 /// with `from_end`, from each partition's current end.
-fn consumer(address: &str, topic: &str, partitions: i32, from_end: bool) -> BaseConsumer {
-    let consumer: BaseConsumer = ClientConfig::new()
+fn consumer(
+    address: &str,
+    topic: &str,
+    partitions: i32,
+    from_end: bool,
+) -> BaseConsumer<FetchCount> {
+    let consumer: BaseConsumer<FetchCount> = ClientConfig::new()
         .set("bootstrap.servers", address)
         .set("group.id", "bench")
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "false")
-        .create()
+        .set("statistics.interval.ms", STATISTICS_INTERVAL_MS.to_string())
+        .create_with_context(FetchCount::default())
         .expect("create the consumer");
     let mut assignment = TopicPartitionList::new();
     for partition in 0..partitions {
@@ -393,6 +450,7 @@ pub fn consume_from_beginning(
         elapsed: started.elapsed(),
         end_to_end_us: new_histogram(),
         end_to_end_timeline: Timeline::new(),
+        fetch_requests: consumer.context().0.since_start(),
     }
 }
 
@@ -411,6 +469,7 @@ pub fn produce_and_consume(
         let mut end_to_end_timeline = Timeline::new();
         let (mut read, mut bytes) = (0u64, 0u64);
         let started = Instant::now();
+        consumer.context().0.start();
         let deadline = Instant::now() + Duration::from_secs(600);
         while read < expected && Instant::now() < deadline {
             if let Some(Ok(message)) = consumer.poll(Duration::from_millis(100)) {
@@ -435,6 +494,7 @@ pub fn produce_and_consume(
             elapsed: started.elapsed(),
             end_to_end_us,
             end_to_end_timeline,
+            fetch_requests: consumer.context().0.since_start(),
         }
     });
     let produced = produce(address, spec);

@@ -226,6 +226,9 @@ struct Run {
     figures: Vec<ClientFigures>,
     /// librdkafka's own clocks, one per second; empty for the Java clients.
     client_seconds: Vec<ClientSecond>,
+    /// librdkafka's Produce and Fetch requests per MiB produced, from its
+    /// statistics; None for the Java clients.
+    requests_per_mib: Option<(f64, f64)>,
     seconds: f64,
     broker_cpu_per_gib: CpuSeconds,
     /// ringbroker's own: Produce phases over the run, per second, slowest.
@@ -241,7 +244,8 @@ struct BrokerSide {
     slowest: Vec<(f64, String)>,
 }
 
-const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+const MIB: f64 = 1024.0 * 1024.0;
+const GIB: f64 = 1024.0 * MIB;
 /// Slowest Produce requests listed per ringbroker run.
 const SLOWEST_LISTED: usize = 8;
 /// How long a deployment sits idle for its idle CPU figure.
@@ -319,7 +323,8 @@ fn fixed_rate_run(
         linger_ms: args.linger_ms,
         rate: Some(rate),
     };
-    let ((figures, client_seconds, elapsed), cpu, broker) =
+    let mib = records as f64 * 1024.0 / MIB;
+    let ((figures, client_seconds, requests_per_mib, elapsed), cpu, broker) =
         with_broker_clocks(deployment, || match client {
             "librdkafka" => {
                 let (produced, consumed) = workloads::produce_and_consume(&bootstrap, &spec);
@@ -333,6 +338,10 @@ fn fixed_rate_run(
                         ),
                     ],
                     produced.client_seconds,
+                    Some((
+                        produced.produce_requests as f64 / mib,
+                        consumed.fetch_requests as f64 / mib,
+                    )),
                     produced.elapsed,
                 )
             }
@@ -352,7 +361,7 @@ fn fixed_rate_run(
                     max: perf.max_ms,
                     timeline: perf.windows.clone(),
                 };
-                (vec![figures], Vec::new(), perf.elapsed)
+                (vec![figures], Vec::new(), None, perf.elapsed)
             }
         });
     workloads::delete_topic(&bootstrap, &topic, &args.work_dir, DELETED_WITHIN);
@@ -369,6 +378,7 @@ fn fixed_rate_run(
         rate,
         figures,
         client_seconds,
+        requests_per_mib,
         seconds: elapsed.as_secs_f64(),
         broker_cpu_per_gib: cpu / (records as f64 * 1024.0 / GIB),
         broker,
@@ -419,6 +429,7 @@ fn end_to_end_run(
             timeline: Vec::new(),
         }],
         client_seconds: Vec::new(),
+        requests_per_mib: None,
         seconds: e2e.elapsed.as_secs_f64(),
         broker_cpu_per_gib: cpu / (e2e.records as f64 * 1024.0 / GIB),
         broker,
@@ -621,8 +632,9 @@ fn client_clocks(runs: &[Run]) -> String {
     let mut out = String::from(
         "\nlibrdkafka's own clocks over the same runs (its statistics each second, the worst broker connection's; ms): a record's wait in the client until it is in a request (int_latency, linger.ms included), a request's wait to be written to the socket (outbuf_latency), and the round trip from that write to the response (rtt: the kernel both ways and the broker). \
          Per clock: the median second's p99, the worst second's p99.99, the run's max; beside them the client's ack p99.9 and ringbroker's Produce TotalTimeMs p99.9; \
-         then the client's end-to-end p99.9 and ringbroker's Fetch LocalTimeMs and ResponseSendTimeMs p99.9 (its RemoteTime is the wait for data, up to fetch.wait.max.ms; a long send is a consumer not reading its socket).\n\n\
-         | run | broker | ack p99.9 | queue p99 | queue p99.99 | queue max | outbuf p99 | outbuf p99.99 | outbuf max | rtt p99 | rtt p99.99 | rtt max | broker total p99.9 | end-to-end p99.9 | Fetch local p99.9 | Fetch send p99.9 |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+         then the client's end-to-end p99.9 and ringbroker's Fetch LocalTimeMs and ResponseSendTimeMs p99.9 (its RemoteTime is the wait for data, up to fetch.wait.max.ms; a long send is a consumer not reading its socket). \
+         Last, the Produce and Fetch requests the producer and the consumer sent per MiB produced (as of their last statistics, so up to a second's short): a broker's CPU per GiB grows with them.\n\n\
+         | run | broker | ack p99.9 | queue p99 | queue p99.99 | queue max | outbuf p99 | outbuf p99.99 | outbuf max | rtt p99 | rtt p99.99 | rtt max | broker total p99.9 | end-to-end p99.9 | Fetch local p99.9 | Fetch send p99.9 | Produce requests/MiB | Fetch requests/MiB |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for run in runs.iter().filter(|r| !r.client_seconds.is_empty()) {
         let mut cells = Vec::new();
@@ -660,8 +672,9 @@ fn client_clocks(runs: &[Run]) -> String {
             .iter()
             .find(|f| f.measure == "end-to-end")
             .map_or(f64::NAN, |f| f.p999);
+        let (produce_per_mib, fetch_per_mib) = run.requests_per_mib.unwrap_or((f64::NAN, f64::NAN));
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             run_label(run),
             run.kind.name(),
             format_value(run.figures[0].p999),
@@ -674,6 +687,8 @@ fn client_clocks(runs: &[Run]) -> String {
             format_value(end_to_end),
             format_value(broker_p999(|b| &b.fetch_phases, "local")),
             format_value(broker_p999(|b| &b.fetch_phases, "send")),
+            format_value(produce_per_mib),
+            format_value(fetch_per_mib),
         ));
     }
     out
