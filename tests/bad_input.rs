@@ -154,8 +154,11 @@ fn bad_requests_get_kafkas_errors_or_a_closed_connection() {
         frames.extend(good.request_frame(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default()));
     }
     good.stream.write_all(&frames).unwrap();
-    for _ in 0..50 {
-        good.read_frame().expect("every pipelined request answered");
+    let first = good.read_frame().expect("every pipelined request answered");
+    let first_id = i32::from_be_bytes(first[..4].try_into().unwrap());
+    for id in first_id + 1..first_id + 50 {
+        let response = good.read_frame().expect("every pipelined request answered");
+        assert_eq!(response[..4], id.to_be_bytes(), "answered in order");
     }
 }
 

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use common::{Broker, Client};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::{
-    ApiKey, DeleteTopicsRequest, DeleteTopicsResponse, FetchRequest, FetchResponse, TopicName,
+    ApiKey, ApiVersionsRequest, DeleteTopicsRequest, DeleteTopicsResponse, FetchRequest,
+    FetchResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use shards::log::record_batch::RecordBatchBuilder;
@@ -19,6 +20,16 @@ const PARTITIONS: i32 = 4;
 
 /// Fetches every partition from offset `from` (sessionless).
 fn fetch(client: &mut Client, from: &[i64], max_wait_ms: i32, min_bytes: i32) -> FetchResponse {
+    client
+        .call(
+            ApiKey::Fetch,
+            12,
+            &fetch_request(from, max_wait_ms, min_bytes),
+        )
+        .unwrap()
+}
+
+fn fetch_request(from: &[i64], max_wait_ms: i32, min_bytes: i32) -> FetchRequest {
     let partitions = (0..PARTITIONS)
         .map(|p| {
             FetchPartition::default()
@@ -27,15 +38,14 @@ fn fetch(client: &mut Client, from: &[i64], max_wait_ms: i32, min_bytes: i32) ->
                 .with_partition_max_bytes(1 << 20)
         })
         .collect();
-    let request = FetchRequest::default()
+    FetchRequest::default()
         .with_max_wait_ms(max_wait_ms)
         .with_min_bytes(min_bytes)
         .with_max_bytes(1 << 20)
         .with_session_epoch(-1)
         .with_topics(vec![FetchTopic::default()
             .with_topic(TopicName(StrBytes::from_static_str(TOPIC)))
-            .with_partitions(partitions)]);
-    client.call(ApiKey::Fetch, 12, &request).unwrap()
+            .with_partitions(partitions)])
 }
 
 /// Record bytes returned per partition.
@@ -154,6 +164,28 @@ fn a_parked_fetch_answers_when_data_arrives() {
         "answered after {waited:?}"
     );
     assert_eq!(returned_bytes(&response)[1], 2 * small as usize);
+}
+
+/// An answer never waits for a request after it that waits: one pipelined
+/// ahead of a parked fetch arrives while the fetch is parked (the client's
+/// read gives up after 15 s, the fetch would wait 30 s).
+#[test]
+fn an_answer_pipelined_ahead_of_a_parked_fetch_does_not_wait_for_it() {
+    let broker = Broker::start(&[]);
+    let mut client = Client::connect(&broker.address());
+    client.create_topic(TOPIC, PARTITIONS);
+    let mut frames = client.request_frame(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default());
+    let from = vec![0i64; PARTITIONS as usize];
+    frames.extend(client.request_frame(ApiKey::Fetch, 12, &fetch_request(&from, 30_000, 1)));
+    client.send_frame(&frames).unwrap();
+    let versions = client.read_frame().expect("answered while the fetch waits");
+    assert_eq!(versions[..4], 2i32.to_be_bytes(), "the ApiVersions answer");
+    // The fetch, parked meanwhile, answers once an append lands.
+    produce_later(broker.address(), 0, vec![batch(100)], Duration::ZERO)
+        .join()
+        .unwrap();
+    let fetched = client.read_frame().expect("the fetch answered");
+    assert_eq!(fetched[..4], 3i32.to_be_bytes(), "the Fetch answer");
 }
 
 #[test]
