@@ -158,7 +158,10 @@ impl RequestCount {
     }
 
     fn since_start(&self) -> u64 {
-        self.sent.load(Ordering::Relaxed) - self.at_start.load(Ordering::Relaxed)
+        // A broker gone from the statistics takes its count with it.
+        self.sent
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.at_start.load(Ordering::Relaxed))
     }
 }
 

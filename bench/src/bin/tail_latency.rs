@@ -633,7 +633,7 @@ fn client_clocks(runs: &[Run]) -> String {
         "\nlibrdkafka's own clocks over the same runs (its statistics each second, the worst broker connection's; ms): a record's wait in the client until it is in a request (int_latency, linger.ms included), a request's wait to be written to the socket (outbuf_latency), and the round trip from that write to the response (rtt: the kernel both ways and the broker). \
          Per clock: the median second's p99, the worst second's p99.99, the run's max; beside them the client's ack p99.9 and ringbroker's Produce TotalTimeMs p99.9; \
          then the client's end-to-end p99.9 and ringbroker's Fetch LocalTimeMs and ResponseSendTimeMs p99.9 (its RemoteTime is the wait for data, up to fetch.wait.max.ms; a long send is a consumer not reading its socket). \
-         Last, the Produce and Fetch requests the producer and the consumer sent per MiB produced (as of their last statistics, so up to a second's short): a broker's CPU per GiB grows with them.\n\n\
+         Last, the Produce and Fetch requests the producer and the consumer sent per MiB produced (as of their last statistics, so up to a second's short): besides the bytes, a broker's CPU per GiB pays for each request.\n\n\
          | run | broker | ack p99.9 | queue p99 | queue p99.99 | queue max | outbuf p99 | outbuf p99.99 | outbuf max | rtt p99 | rtt p99.99 | rtt max | broker total p99.9 | end-to-end p99.9 | Fetch local p99.9 | Fetch send p99.9 | Produce requests/MiB | Fetch requests/MiB |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for run in runs.iter().filter(|r| !r.client_seconds.is_empty()) {
