@@ -323,7 +323,8 @@ fn fixed_rate_run(
         linger_ms: args.linger_ms,
         rate: Some(rate),
     };
-    let mib = records as f64 * 1024.0 / MIB;
+    let produced_bytes = (records * spec.value_bytes as u64) as f64;
+    let mib = produced_bytes / MIB;
     let ((figures, client_seconds, requests_per_mib, elapsed), cpu, broker) =
         with_broker_clocks(deployment, || match client {
             "librdkafka" => {
@@ -380,7 +381,7 @@ fn fixed_rate_run(
         client_seconds,
         requests_per_mib,
         seconds: elapsed.as_secs_f64(),
-        broker_cpu_per_gib: cpu / (records as f64 * 1024.0 / GIB),
+        broker_cpu_per_gib: cpu / (produced_bytes / GIB),
         broker,
     }
 }
