@@ -188,14 +188,18 @@ impl Log {
         cleaned.flush().await.map_err(io)?;
         stats.bytes_after += cleaned.size_bytes();
         drop(cleaned);
-        rename_segment_files(&dir, base, CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX).map_err(io)?;
+        rename_segment_files(&dir, base, CLEANED_FILE_SUFFIX, SWAP_FILE_SUFFIX)
+            .await
+            .map_err(io)?;
         for segment in group {
             segment
                 .delete_files(config.file_delete_delay())
                 .await
                 .map_err(io)?;
         }
-        rename_segment_files(&dir, base, SWAP_FILE_SUFFIX, "").map_err(io)?;
+        rename_segment_files(&dir, base, SWAP_FILE_SUFFIX, "")
+            .await
+            .map_err(io)?;
         let (replacement, _) = LogSegment::open(&dir, base, "", &config, false, now_ms)
             .await
             .map_err(io)?;

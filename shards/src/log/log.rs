@@ -1632,26 +1632,11 @@ async fn open_segments(
     had_clean_shutdown: bool,
     now_ms: i64,
 ) -> Result<(BTreeMap<i64, Rc<LogSegment>>, Vec<(i32, i64)>), LogError> {
-    std::fs::create_dir_all(dir)?;
+    let owned_dir = dir.to_path_buf();
+    run_blocking(move || std::fs::create_dir_all(owned_dir)).await?;
     complete_interrupted_swaps(dir, config, now_ms).await?;
-    let mut base_offsets = Vec::new();
-    let mut indexes = Vec::new();
-    for entry in std::fs::read_dir(dir)? {
-        let name = entry?.file_name().to_string_lossy().into_owned();
-        if let Some(base) = name
-            .strip_suffix(LOG_FILE_SUFFIX)
-            .and_then(parse_base_offset)
-        {
-            base_offsets.push(base);
-        } else if let Some(base) = [INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX]
-            .iter()
-            .find_map(|suffix| name.strip_suffix(suffix).and_then(parse_base_offset))
-        {
-            indexes.push((base, name));
-        }
-    }
-    base_offsets.sort_unstable();
-    delete_orphaned_indexes(dir, &base_offsets, indexes)?;
+    let owned_dir = dir.to_path_buf();
+    let base_offsets = run_blocking(move || list_segments(&owned_dir)).await?;
     let mut segments = BTreeMap::new();
     let mut epochs_seen = Vec::new();
     let mut next_expected = None;
@@ -1660,9 +1645,12 @@ async fn open_segments(
         if truncated_at.is_some() || next_expected.is_some_and(|next| base < next) {
             // Data after a cut tail is unreachable; so is a segment that overlaps.
             warn!(partition = %tp, base, "deleting a segment after a truncated or overlapping one");
-            for suffix in [LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX] {
-                let _ = std::fs::remove_file(segment_file_path(dir, base, suffix));
-            }
+            let owned_dir = dir.to_path_buf();
+            run_blocking(move || {
+                remove_segment_files(&owned_dir, base);
+                Ok(())
+            })
+            .await?;
             continue;
         }
         let next_base = base_offsets.get(i + 1).copied();
@@ -1707,6 +1695,45 @@ async fn complete_interrupted_swaps(
     config: &LogConfig,
     now_ms: i64,
 ) -> Result<(), LogError> {
+    let owned_dir = dir.to_path_buf();
+    let swaps = run_blocking(move || remove_leftovers(&owned_dir)).await?;
+    for base in swaps {
+        warn!(dir = %dir.display(), base, "completing an interrupted cleaner swap");
+        let (segment, _) =
+            LogSegment::open(dir, base, SWAP_FILE_SUFFIX, config, true, now_ms).await?;
+        let swap_end = segment.next_offset();
+        drop(segment);
+        let owned_dir = dir.to_path_buf();
+        run_blocking(move || {
+            for old in log_base_offsets(&owned_dir)? {
+                if old >= base && old < swap_end {
+                    remove_segment_files(&owned_dir, old);
+                }
+            }
+            Ok(())
+        })
+        .await?;
+        rename_segment_files(dir, base, SWAP_FILE_SUFFIX, "").await?;
+    }
+    // An index whose segment was already swapped in: the index is rebuilt instead.
+    let owned_dir = dir.to_path_buf();
+    run_blocking(move || {
+        for entry in std::fs::read_dir(&owned_dir)? {
+            let path = entry?.path();
+            if path.to_string_lossy().ends_with(SWAP_FILE_SUFFIX) {
+                std::fs::remove_file(&path)?;
+            }
+        }
+        Ok(())
+    })
+    .await?;
+    Ok(())
+}
+
+/// Removes what a crash left of a cleaner pass (`.cleaned`), of a deletion
+/// (`.deleted`) and of a segment prepared ahead (`.prepared`); returns the
+/// base offsets of the `.swap` segments, which replace others. Blocking.
+fn remove_leftovers(dir: &Path) -> std::io::Result<Vec<i64>> {
     let mut swaps = Vec::new();
     for entry in std::fs::read_dir(dir)? {
         let path = entry?.path();
@@ -1728,75 +1755,78 @@ async fn complete_interrupted_swaps(
             }
         }
     }
-    for base in swaps {
-        warn!(dir = %dir.display(), base, "completing an interrupted cleaner swap");
-        let (segment, _) =
-            LogSegment::open(dir, base, SWAP_FILE_SUFFIX, config, true, now_ms).await?;
-        let swap_end = segment.next_offset();
-        drop(segment);
-        for entry in std::fs::read_dir(dir)? {
-            let name = entry?.file_name().to_string_lossy().into_owned();
-            if let Some(old) = name
-                .strip_suffix(LOG_FILE_SUFFIX)
-                .and_then(parse_base_offset)
-            {
-                if old >= base && old < swap_end {
-                    for suffix in [LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX] {
-                        let _ = std::fs::remove_file(segment_file_path(dir, old, suffix));
-                    }
-                }
-            }
-        }
-        rename_segment_files(dir, base, SWAP_FILE_SUFFIX, "")?;
-    }
-    // An index whose segment was already swapped in: the index is rebuilt instead.
-    for entry in std::fs::read_dir(dir)? {
-        let path = entry?.path();
-        if path.to_string_lossy().ends_with(SWAP_FILE_SUFFIX) {
-            std::fs::remove_file(&path)?;
-        }
-    }
-    Ok(())
+    Ok(swaps)
 }
 
-/// Deletes the index files (`indexes`: base offset and file name) whose
-/// `.log` is not among `base_offsets` (sorted), as Kafka's log loader does: a
-/// crash between a roll's renames (`LogSegment::from_prepared`) leaves them.
-fn delete_orphaned_indexes(
-    dir: &Path,
-    base_offsets: &[i64],
-    indexes: Vec<(i64, String)>,
-) -> Result<(), LogError> {
-    for (base, name) in indexes {
-        if base_offsets.binary_search(&base).is_err() {
+/// The base offsets of the directory's `.log` files, in no order. Blocking.
+fn log_base_offsets(dir: &Path) -> std::io::Result<Vec<i64>> {
+    let mut base_offsets = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let name = entry?.file_name().to_string_lossy().into_owned();
+        if let Some(base) = name
+            .strip_suffix(LOG_FILE_SUFFIX)
+            .and_then(parse_base_offset)
+        {
+            base_offsets.push(base);
+        }
+    }
+    Ok(base_offsets)
+}
+
+/// A segment's three files gone, those already missing included. Blocking.
+fn remove_segment_files(dir: &Path, base: i64) {
+    for suffix in [LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX] {
+        let _ = std::fs::remove_file(segment_file_path(dir, base, suffix));
+    }
+}
+
+/// The sorted base offsets of the directory's segments, once the index files
+/// left without their `.log` are deleted, as Kafka's log loader does: a crash
+/// between a roll's renames (`LogSegment::from_prepared`) leaves them. Blocking.
+fn list_segments(dir: &Path) -> std::io::Result<Vec<i64>> {
+    let mut base_offsets = log_base_offsets(dir)?;
+    base_offsets.sort_unstable();
+    for entry in std::fs::read_dir(dir)? {
+        let name = entry?.file_name().to_string_lossy().into_owned();
+        let index_of = [INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX]
+            .iter()
+            .find_map(|suffix| name.strip_suffix(suffix).and_then(parse_base_offset));
+        if index_of.is_some_and(|base| base_offsets.binary_search(&base).is_err()) {
             let path = dir.join(name);
             warn!(index = %path.display(), "deleting an index without its segment");
             std::fs::remove_file(&path)?;
         }
     }
-    Ok(())
+    Ok(base_offsets)
 }
 
 /// Renames a segment's three files from one suffix to another (`.cleaned` ->
-/// `.swap` -> final), the cleaner's crash-safe hand-over.
-pub(super) fn rename_segment_files(
+/// `.swap` -> final), the cleaner's crash-safe hand-over. On the blocking
+/// pool: the directory's fsync waits for the disk, and on the shard's thread
+/// it held every partition of the shard.
+pub(super) async fn rename_segment_files(
     dir: &Path,
     base: i64,
-    from: &str,
-    to: &str,
+    from: &'static str,
+    to: &'static str,
 ) -> std::io::Result<()> {
-    for suffix in [LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX] {
-        let path = segment_file_path(dir, base, suffix);
-        let with = |extra: &str| PathBuf::from(format!("{}{extra}", path.display()));
-        match std::fs::rename(with(from), with(to)) {
-            // An index renamed before a crash, or never written: rebuilt on open.
-            Err(error)
-                if error.kind() == std::io::ErrorKind::NotFound && suffix != LOG_FILE_SUFFIX => {}
-            result => result?,
+    let dir = dir.to_path_buf();
+    disk_bound(run_blocking(move || {
+        for suffix in [LOG_FILE_SUFFIX, INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX] {
+            let path = segment_file_path(&dir, base, suffix);
+            let with = |extra: &str| PathBuf::from(format!("{}{extra}", path.display()));
+            match std::fs::rename(with(from), with(to)) {
+                // An index renamed before a crash, or never written: rebuilt on open.
+                Err(error)
+                    if error.kind() == std::io::ErrorKind::NotFound
+                        && suffix != LOG_FILE_SUFFIX => {}
+                result => result?,
+            }
         }
-    }
-    // The renames must reach the disk before anything relies on them.
-    std::fs::File::open(dir)?.sync_all()
+        // The renames must reach the disk before anything relies on them.
+        std::fs::File::open(&dir)?.sync_all()
+    }))
+    .await
 }
 
 /// Writes the epoch cache as it is once no other write of it runs.

@@ -109,8 +109,14 @@ impl LogManager {
         let handed_off = handoff.is_some();
         let metadata_path = partition_dir.join(PARTITION_METADATA_FILE);
         let metadata = format!("version: 0\ntopic_id: {topic_id}\n");
-        let stale = !handed_off
-            && std::fs::read_to_string(&metadata_path).is_ok_and(|text| text != metadata);
+        let stale = !handed_off && {
+            let (path, expected) = (metadata_path.clone(), metadata.clone());
+            run_blocking(move || {
+                Ok(std::fs::read_to_string(path).is_ok_and(|text| text != expected))
+            })
+            .await
+            .map_err(|error| health.on_error(error.into()))?
+        };
         if stale {
             warn!(partition = %tp, "the directory belongs to an earlier topic of this name; removing it");
             let doomed = partition_dir
