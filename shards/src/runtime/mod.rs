@@ -34,7 +34,8 @@ pub const DEFAULT_IO_MEMORY_BYTES: usize = 2 * 1024 * 1024;
 const BLOCKING_THREADS_PER_SHARD: usize = 4;
 
 /// Jobs that wait for the disk (writeback, freed blocks: a trim's and a deleted
-/// file's last close, checkpoint fsyncs, a log move's copy) a shard runs on its
+/// file's last close, checkpoint fsyncs, a cleaner swap's renames and their
+/// directory fsync, a log move's copy) a shard runs on its
 /// blocking pool at once: one fewer than its threads, so a short job (a
 /// roll's renames) finds a thread free. Six partitions of one rate roll
 /// together; with every thread in their writebacks and trims, a roll's
