@@ -149,6 +149,8 @@ fn an_interrupted_cleaner_swap_is_completed() {
         b"half-written",
     )
     .unwrap();
+    // An index left under `.swap` by a swap whose segment already came in.
+    fs::write(segment(dir.path(), bases[1], ".index.swap"), b"stale").unwrap();
     run(async {
         let log = open_log(dir.path(), config(), 0, false).await;
         assert_eq!(read_all(&log).await.len(), 300);

@@ -1632,9 +1632,14 @@ async fn open_segments(
     had_clean_shutdown: bool,
     now_ms: i64,
 ) -> Result<(BTreeMap<i64, Rc<LogSegment>>, Vec<(i32, i64)>), LogError> {
+    // Two trips to the blocking pool for a log without crash leftovers to mend.
     let owned_dir = dir.to_path_buf();
-    run_blocking(move || std::fs::create_dir_all(owned_dir)).await?;
-    complete_interrupted_swaps(dir, config, now_ms).await?;
+    let swaps = run_blocking(move || {
+        std::fs::create_dir_all(&owned_dir)?;
+        remove_leftovers(&owned_dir)
+    })
+    .await?;
+    complete_interrupted_swaps(dir, swaps, config, now_ms).await?;
     let owned_dir = dir.to_path_buf();
     let base_offsets = run_blocking(move || list_segments(&owned_dir)).await?;
     let mut segments = BTreeMap::new();
@@ -1687,16 +1692,15 @@ fn take_up_segments(
         .collect()
 }
 
-/// Finishes a cleaner swap that a crash interrupted: a `.swap` segment replaces
-/// the segments its offsets cover; `.cleaned` leftovers are discarded, and so
-/// is a next segment prepared and never rolled into.
+/// Finishes the cleaner swaps a crash interrupted (`swaps`, from
+/// `remove_leftovers`): a `.swap` segment replaces the segments its offsets
+/// cover.
 async fn complete_interrupted_swaps(
     dir: &Path,
+    swaps: Vec<i64>,
     config: &LogConfig,
     now_ms: i64,
 ) -> Result<(), LogError> {
-    let owned_dir = dir.to_path_buf();
-    let swaps = run_blocking(move || remove_leftovers(&owned_dir)).await?;
     for base in swaps {
         warn!(dir = %dir.display(), base, "completing an interrupted cleaner swap");
         let (segment, _) =
@@ -1715,18 +1719,6 @@ async fn complete_interrupted_swaps(
         .await?;
         rename_segment_files(dir, base, SWAP_FILE_SUFFIX, "").await?;
     }
-    // An index whose segment was already swapped in: the index is rebuilt instead.
-    let owned_dir = dir.to_path_buf();
-    run_blocking(move || {
-        for entry in std::fs::read_dir(&owned_dir)? {
-            let path = entry?.path();
-            if path.to_string_lossy().ends_with(SWAP_FILE_SUFFIX) {
-                std::fs::remove_file(&path)?;
-            }
-        }
-        Ok(())
-    })
-    .await?;
     Ok(())
 }
 
@@ -1780,9 +1772,11 @@ fn remove_segment_files(dir: &Path, base: i64) {
     }
 }
 
-/// The sorted base offsets of the directory's segments, once the index files
-/// left without their `.log` are deleted, as Kafka's log loader does: a crash
-/// between a roll's renames (`LogSegment::from_prepared`) leaves them. Blocking.
+/// The sorted base offsets of the directory's segments, once interrupted
+/// swaps are complete and the index files left without their `.log` are
+/// deleted: those a crash between a roll's renames leaves
+/// (`LogSegment::from_prepared`), as Kafka's log loader does, and `.swap`
+/// ones whose segment was already swapped in (rebuilt on open). Blocking.
 fn list_segments(dir: &Path) -> std::io::Result<Vec<i64>> {
     let mut base_offsets = log_base_offsets(dir)?;
     base_offsets.sort_unstable();
@@ -1791,9 +1785,10 @@ fn list_segments(dir: &Path) -> std::io::Result<Vec<i64>> {
         let index_of = [INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX]
             .iter()
             .find_map(|suffix| name.strip_suffix(suffix).and_then(parse_base_offset));
-        if index_of.is_some_and(|base| base_offsets.binary_search(&base).is_err()) {
+        let orphaned = index_of.is_some_and(|base| base_offsets.binary_search(&base).is_err());
+        if orphaned || name.ends_with(SWAP_FILE_SUFFIX) {
             let path = dir.join(name);
-            warn!(index = %path.display(), "deleting an index without its segment");
+            warn!(file = %path.display(), "deleting a leftover index file");
             std::fs::remove_file(&path)?;
         }
     }
