@@ -167,6 +167,7 @@ pub fn end_to_end_latency(
     bootstrap: &str,
     topic: &str,
     acks: &str,
+    value_bytes: usize,
     seconds: u64,
 ) -> EndToEndLatency {
     let run = |records: u64| {
@@ -181,7 +182,7 @@ pub fn end_to_end_latency(
             "--producer-acks",
             acks,
             "--record-size",
-            "1024",
+            &value_bytes.to_string(),
         ]
         .iter()
         .map(|a| a.to_string())

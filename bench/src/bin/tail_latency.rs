@@ -246,6 +246,8 @@ struct BrokerSide {
 
 const MIB: f64 = 1024.0 * 1024.0;
 const GIB: f64 = 1024.0 * MIB;
+/// Every run's record value, in every client: the 1 KiB.
+const VALUE_BYTES: usize = 1024;
 /// Slowest Produce requests listed per ringbroker run.
 const SLOWEST_LISTED: usize = 8;
 /// How long a deployment sits idle for its idle CPU figure.
@@ -318,7 +320,7 @@ fn fixed_rate_run(
         topic: &topic,
         partitions: PARTITIONS,
         records,
-        value_bytes: 1024,
+        value_bytes: VALUE_BYTES,
         acks,
         linger_ms: args.linger_ms,
         rate: Some(rate),
@@ -409,6 +411,7 @@ fn end_to_end_run(
             &bootstrap,
             &topic,
             acks,
+            VALUE_BYTES,
             args.seconds,
         )
     });
@@ -432,7 +435,7 @@ fn end_to_end_run(
         client_seconds: Vec::new(),
         requests_per_mib: None,
         seconds: e2e.elapsed.as_secs_f64(),
-        broker_cpu_per_gib: cpu / (e2e.records as f64 * 1024.0 / GIB),
+        broker_cpu_per_gib: cpu / ((e2e.records * VALUE_BYTES as u64) as f64 / GIB),
         broker,
     }
 }
@@ -455,7 +458,7 @@ fn kafka_max(args: &Args, sources: &BrokerSources, topology: Topology) -> f64 {
             topic: "max",
             partitions: PARTITIONS,
             records: topology.max_records(),
-            value_bytes: 1024,
+            value_bytes: VALUE_BYTES,
             acks: topology.max_acks(),
             linger_ms: 5,
             rate: None,
