@@ -95,6 +95,10 @@ pub struct NewTopic {
 /// Producer ids claimed from the store at a time, as Kafka's ZooKeeper mode.
 const PRODUCER_ID_BLOCK_SIZE: i64 = 1000;
 
+/// Rounds of elections after a broker change while states moved on under
+/// the controller (`elect_after_broker_change`).
+const ELECTION_ROUNDS: usize = 3;
+
 /// A random rotation start, as Kafka picks one for every new topic.
 fn random_start(brokers: usize) -> AssignmentStart {
     let random = Uuid::new_v4().as_u128();
@@ -361,14 +365,24 @@ impl<Z: ZkClient> KafkaController<Z> {
     /// Every partition a broker's coming or going changes: dead replicas out
     /// of the ISR, leaders elected from it (`election.rs`), each state znode
     /// written fenced and with its version, all issued together.
+    /// A state whose write found the znode moved on is read again
+    /// (`write_states`) and elected anew, as Kafka retries its
+    /// `partitionsToRetry`, for at most `ELECTION_ROUNDS` rounds: no later
+    /// event would elect it otherwise.
     pub(super) async fn elect_after_broker_change(&mut self) -> Result<(), KafkaZkError> {
-        let context = self.context_mut();
-        let changes = context.partition_changes(|(name, partition), topic, replicas, state| {
-            let allow_unclean = topic.log_config.unclean_leader_election_enable;
-            let online = |id| context.is_replica_online(id, name, partition);
-            election::after_broker_change(replicas, state, online, allow_unclean)
-        });
-        self.write_partition_states(changes).await.map(drop)
+        for _ in 0..ELECTION_ROUNDS {
+            let context = self.context_mut();
+            let changes = context.partition_changes(|(name, partition), topic, replicas, state| {
+                let allow_unclean = topic.log_config.unclean_leader_election_enable;
+                let online = |id| context.is_replica_online(id, name, partition);
+                election::after_broker_change(replicas, state, online, allow_unclean)
+            });
+            let count = changes.len();
+            if self.write_partition_states(changes).await?.len() == count {
+                return Ok(());
+            }
+        }
+        Ok(())
     }
 
     /// Writes each changed partition state (the leader epoch bumped) fenced
@@ -412,8 +426,12 @@ impl<Z: ZkClient> KafkaController<Z> {
     }
 
     /// Writes partition states fenced and each with the version the context
-    /// holds, all issued together; a state that moved on since it was read
-    /// is left (the next change reads it again). Returns those written.
+    /// holds, all issued together. Returns those written. A znode that moved
+    /// past that version (someone else wrote it, or a first attempt whose
+    /// answer was lost did), or whose write's outcome is unknown, is read
+    /// again into the context: if it holds the state written, that write
+    /// took; otherwise its replicas are told what it holds, and the next
+    /// change starts from that.
     async fn write_states(
         &mut self,
         changes: Vec<(String, usize, TopicPartitionStateZNode)>,
@@ -453,10 +471,52 @@ impl<Z: ZkClient> KafkaController<Z> {
                     self.resign();
                     return Err(KafkaZkError::ControllerMoved);
                 }
+                Err(KafkaZkError::Zk(ZkError::BadVersion(_) | ZkError::ConnectionLoss(_))) => {
+                    match self.read_state_again(&topic, partition).await {
+                        Some(held) if held == state => changed.push((topic, partition)),
+                        // Its replicas learn what the znode holds, as after a
+                        // failover: a leader's next AlterPartition carries
+                        // its version.
+                        Some(_) => self.send_leader_and_isr(&[(topic, partition)], false),
+                        None => {}
+                    }
+                }
                 Err(error) => warn!(topic, partition, %error, "cannot write the state"),
             }
         }
         Ok(changed)
+    }
+
+    /// A partition's state znode read into the context; returns the state it
+    /// holds, `None` when it cannot be read (the context keeps what it had).
+    async fn read_state_again(
+        &mut self,
+        topic: &str,
+        partition: usize,
+    ) -> Option<TopicPartitionStateZNode> {
+        match self
+            .zk
+            .get_topic_partition_state(topic, partition as i32)
+            .await
+        {
+            Ok(Some((state, version))) => {
+                warn!(
+                    topic,
+                    partition,
+                    version,
+                    leader = state.leader,
+                    isr = ?state.isr,
+                    "a partition state changed since the controller read it: read again"
+                );
+                self.topic_mut(topic).states[partition] = Some((state.clone(), version));
+                Some(state)
+            }
+            Ok(None) => None,
+            Err(error) => {
+                warn!(topic, partition, %error, "cannot read the state again");
+                None
+            }
+        }
     }
 
     /// Kafka's `doControlledShutdown`: `broker` (at `broker_epoch`) is

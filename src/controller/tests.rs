@@ -9,6 +9,23 @@ use crate::metadata::store::EmbeddedStore;
 use crate::metadata::znodes::BrokerIdZNode;
 use crate::test_support::run_local;
 
+/// Broker `id`'s registration, listening on 127.0.0.1:9092 + `id`.
+fn registration(id: i32) -> BrokerIdZNode {
+    BrokerIdZNode {
+        broker: Broker {
+            id,
+            endpoints: vec![EndPoint {
+                listener_name: "PLAINTEXT".into(),
+                security_protocol: "PLAINTEXT".into(),
+                host: "127.0.0.1".into(),
+                port: 9092 + id as u16,
+            }],
+            rack: None,
+        },
+        timestamp_ms: 1,
+    }
+}
+
 /// A broker registered in a store under `dir`, and its controller.
 async fn controller(dir: &std::path::Path) -> KafkaController<EmbeddedStore> {
     let (store, _events) = EmbeddedStore::open(dir).unwrap();
@@ -18,20 +35,7 @@ async fn controller(dir: &std::path::Path) -> KafkaController<EmbeddedStore> {
         .get_or_create_cluster_id("Frrn4MFERc6ziAA8S75Ejg")
         .await
         .unwrap();
-    let registration = BrokerIdZNode {
-        broker: Broker {
-            id: 0,
-            endpoints: vec![EndPoint {
-                listener_name: "PLAINTEXT".into(),
-                security_protocol: "PLAINTEXT".into(),
-                host: "127.0.0.1".into(),
-                port: 9092,
-            }],
-            rack: None,
-        },
-        timestamp_ms: 1,
-    };
-    zk.register_broker(&registration).await.unwrap();
+    zk.register_broker(&registration(0)).await.unwrap();
     let defaults = TopicDefaults {
         num_partitions: 1,
         default_replication_factor: 1,
@@ -226,5 +230,45 @@ fn every_controller_write_is_fenced_by_its_epoch() {
             c.allocate_producer_id().await.unwrap_err().error,
             ResponseError::NotController
         );
+    });
+}
+
+#[test]
+fn a_state_written_under_the_controller_is_read_again_and_elected_anew() {
+    run_local(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = controller(dir.path()).await;
+        let client = c.zk.clone();
+        let zk = client.zk();
+        client.register_broker(&registration(1)).await.unwrap();
+        c.on_broker_change().await.unwrap();
+        let topic = NewTopic {
+            name: "t".into(),
+            num_partitions: -1,
+            replication_factor: -1,
+            assignments: vec![vec![1, 0]],
+            ..NewTopic::default()
+        };
+        assert_eq!(c.create_topics(&[topic], false).await, vec![Ok((1, 2))]);
+        let path = "/brokers/topics/t/partitions/0/state";
+        assert_eq!(data(&c, path).await["leader"], json!(1));
+        // Written under the controller (as by a first attempt whose answer
+        // was lost): the same state at a newer version.
+        let (bytes, stat) = zk.get_data(path).await.unwrap();
+        zk.set_data(path, &bytes, Some(stat.version)).await.unwrap();
+        // The leader goes away: its election meets the newer version.
+        zk.multi(&[Op::Delete {
+            path: "/brokers/ids/1".into(),
+            version: None,
+        }])
+        .await
+        .unwrap();
+        c.on_broker_change().await.unwrap();
+        let state = data(&c, path).await;
+        assert_eq!(
+            (&state["leader"], &state["leader_epoch"], &state["isr"]),
+            (&json!(0), &json!(1), &json!([0]))
+        );
+        assert_eq!(zk.get_data(path).await.unwrap().1.version, stat.version + 2);
     });
 }
