@@ -303,8 +303,8 @@ pub fn slowest_produces(
                     .map_or(String::new(), |p| {
                         let ms = |name: &str| p.get(name).and_then(|v| v.as_f64()).unwrap_or(0.0);
                         format!(
-                        "; its slowest partition: mesh wait {:.2}, append {:.2}, acks wait {:.2}",
-                        ms("MeshWait"),
+                        "; its slowest partition: shard wait {:.2}, append {:.2}, acks wait {:.2}",
+                        ms("ShardWait"),
                         ms("Append"),
                         ms("AcksWait")
                     )

@@ -86,7 +86,9 @@ impl Phase {
             Phase::ResponseQueue => "From a response encoded to its sending starting, ms.",
             Phase::ResponseSend => "Sending a response, ms.",
             Phase::Total => "From a request read to its response sent, ms.",
-            Phase::MeshWait => "A partition's work waiting for the shard owning it, ms.",
+            Phase::MeshWait => {
+                "A request's work waiting for another shard owning its partitions, per hop, ms."
+            }
             Phase::Append => "A partition's leader append, ms.",
             Phase::AcksWait => "A partition's acks=all wait for its ISR after the append, ms.",
         }
@@ -103,7 +105,7 @@ pub struct RequestTimes {
     local_complete: Cell<Option<Instant>>,
     /// (api version, correlation id), once the header is read.
     identity: Cell<Option<(i16, i32)>>,
-    /// A produce's longest mesh wait, append and acks wait over its partitions.
+    /// A produce's longest shard wait, append and acks wait over its partitions.
     slowest_partition: Cell<Option<AppendTiming>>,
 }
 

@@ -167,7 +167,7 @@ pub fn render(
                 "phases_ms": phases,
                 "mesh_jobs_in_flight": request.mesh_jobs_in_flight,
                 "slowest_partition_ms": request.slowest_partition.map(|p| json!({
-                    "MeshWait": ms(p.mesh_wait),
+                    "ShardWait": ms(p.shard_wait),
                     "Append": ms(p.append),
                     "AcksWait": ms(p.acks_wait),
                 })),

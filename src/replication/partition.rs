@@ -105,8 +105,11 @@ pub struct AppendResult {
 /// A partition's part of a produce, for the request's phases.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct AppendTiming {
-    /// Waiting for the shard that owns the partition.
-    pub mesh_wait: Duration,
+    /// From the request's dispatch to the append's start: the hop to the
+    /// owning shard when it is another (MeshWaitTimeMs counts only those),
+    /// and what that shard ran first, this request's earlier appends
+    /// included (each copies into the page cache on the shard's thread).
+    pub shard_wait: Duration,
     pub append: Duration,
     /// acks=all: the ISR catching up after the append.
     pub acks_wait: Duration,
@@ -118,7 +121,7 @@ impl AppendTiming {
     /// The longest of each part, `other`'s and this one's.
     pub fn max(self, other: AppendTiming) -> AppendTiming {
         AppendTiming {
-            mesh_wait: self.mesh_wait.max(other.mesh_wait),
+            shard_wait: self.shard_wait.max(other.shard_wait),
             append: self.append.max(other.append),
             acks_wait: self.acks_wait.max(other.acks_wait),
             appended_at: self.appended_at.max(other.appended_at),

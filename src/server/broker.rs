@@ -515,7 +515,7 @@ impl ShardBroker {
                     }
                 }
                 let timing = AppendTiming {
-                    mesh_wait: started - sent,
+                    shard_wait: started - sent,
                     append: appended - started,
                     acks_wait: appended.elapsed(),
                     appended_at: Some(appended),

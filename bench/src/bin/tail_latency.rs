@@ -937,7 +937,7 @@ fn main() {
          Java ProducerPerformance (batch.size=262144) counts from send(), leaves its first {PRODUCER_PERFORMANCE_WARMUP_SECONDS} s out of its percentiles (--warmup-records) and gives no p99.99; its timeline is its 5-second windows (average and max); \
          EndToEndLatency sends one record at a time and waits for its consumer to read it, whole milliseconds.\n\n\
          {memory}\n\n\
-         Idle (after start, {IDLE_SECONDS} s without traffic): {}.\n\n{}{}\n## Slowest requests (ringbroker)\n{}\n## Latency over time\n\n{}\n\nCommand: `{}`\n",
+         Idle (after start, {IDLE_SECONDS} s without traffic): {}.\n\n{}{}\n## Slowest requests (ringbroker)\n\nA produce's slowest partition: its shard wait (from the request's dispatch to its append's start: a hop to another shard if any, and what that shard ran first, this request's earlier appends included), its append and its acks wait, each the longest over the request's partitions.\n{}\n## Latency over time\n\n{}\n\nCommand: `{}`\n",
         maxima.join("; "),
         args.seconds,
         args.linger_ms,
