@@ -7,7 +7,7 @@
 use kafka_protocol::messages::alter_partition_response::{PartitionData, TopicData};
 use kafka_protocol::messages::{AlterPartitionRequest, AlterPartitionResponse, BrokerId};
 
-use super::KafkaController;
+use super::{KafkaController, StatesWritten};
 use crate::metadata::zk_client::ZkClient;
 use crate::metadata::znodes::TopicPartitionStateZNode;
 use crate::protocol::ResponseError;
@@ -171,17 +171,18 @@ impl<Z: ZkClient> KafkaController<Z> {
                 _ => None,
             })
             .collect();
-        let written = if writes.is_empty() {
-            Vec::new()
+        let outcome = if writes.is_empty() {
+            StatesWritten::default()
         } else {
             match self.write_states(writes).await {
-                Ok(written) => written,
+                Ok(outcome) => outcome,
                 Err(_) => return refused(ResponseError::NotController),
             }
         };
-        if !written.is_empty() {
+        if !outcome.written.is_empty() || !outcome.read_again.is_empty() {
             self.send_update_metadata();
         }
+        let written = outcome.written;
         let Some(context) = self.context.as_ref() else {
             return refused(ResponseError::NotController);
         };

@@ -99,6 +99,16 @@ const PRODUCER_ID_BLOCK_SIZE: i64 = 1000;
 /// the controller (`elect_after_broker_change`).
 const ELECTION_ROUNDS: usize = 3;
 
+/// What a batch of partition state writes did (`write_states`).
+#[derive(Debug, Default)]
+struct StatesWritten {
+    /// Written, or found holding the very state written.
+    written: Vec<(String, usize)>,
+    /// Found past the held version with another state: read again into
+    /// the context, and their replicas told.
+    read_again: Vec<(String, usize)>,
+}
+
 /// A random rotation start, as Kafka picks one for every new topic.
 fn random_start(brokers: usize) -> AssignmentStart {
     let random = Uuid::new_v4().as_u128();
@@ -377,21 +387,25 @@ impl<Z: ZkClient> KafkaController<Z> {
                 let online = |id| context.is_replica_online(id, name, partition);
                 election::after_broker_change(replicas, state, online, allow_unclean)
             });
-            let count = changes.len();
-            if self.write_partition_states(changes).await?.len() == count {
+            let outcome = self.write_partition_states(changes).await?;
+            if outcome.read_again.is_empty() {
                 return Ok(());
             }
         }
+        warn!(
+            rounds = ELECTION_ROUNDS,
+            "partition states kept changing under the controller: left as read"
+        );
         Ok(())
     }
 
     /// Writes each changed partition state (the leader epoch bumped) fenced
     /// and with its znode's version, all issued together, then tells the
-    /// partitions' replicas with LeaderAndIsr. Returns the partitions written.
+    /// partitions' replicas with LeaderAndIsr.
     async fn write_partition_states(
         &mut self,
         changes: Vec<(String, usize, LeaderChange)>,
-    ) -> Result<Vec<(String, usize)>, KafkaZkError> {
+    ) -> Result<StatesWritten, KafkaZkError> {
         let context = self.context_mut();
         let epoch = context.epoch;
         let changes: Vec<_> = changes
@@ -420,13 +434,13 @@ impl<Z: ZkClient> KafkaController<Z> {
                 (topic, partition, state)
             })
             .collect();
-        let changed = self.write_states(changes).await?;
-        self.send_leader_and_isr(&changed, false);
-        Ok(changed)
+        let outcome = self.write_states(changes).await?;
+        self.send_leader_and_isr(&outcome.written, false);
+        Ok(outcome)
     }
 
     /// Writes partition states fenced and each with the version the context
-    /// holds, all issued together. Returns those written. A znode that moved
+    /// holds, all issued together. A znode that moved
     /// past that version (someone else wrote it, or a first attempt whose
     /// answer was lost did), or whose write's outcome is unknown, is read
     /// again into the context: if it holds the state written, that write
@@ -435,7 +449,7 @@ impl<Z: ZkClient> KafkaController<Z> {
     async fn write_states(
         &mut self,
         changes: Vec<(String, usize, TopicPartitionStateZNode)>,
-    ) -> Result<Vec<(String, usize)>, KafkaZkError> {
+    ) -> Result<StatesWritten, KafkaZkError> {
         let context = self.context_mut();
         let epoch = context.epoch;
         let ops = changes
@@ -451,9 +465,9 @@ impl<Z: ZkClient> KafkaController<Z> {
                 }
             })
             .collect();
-        let written = self.zk.fenced_all(epoch, ops).await;
-        let mut changed = Vec::new();
-        for ((topic, partition, state), result) in changes.into_iter().zip(written) {
+        let results = self.zk.fenced_all(epoch, ops).await;
+        let mut outcome = StatesWritten::default();
+        for ((topic, partition, state), result) in changes.into_iter().zip(results) {
             match result {
                 Ok(OpResult::SetData { stat }) => {
                     info!(
@@ -464,7 +478,7 @@ impl<Z: ZkClient> KafkaController<Z> {
                         "partition state changed"
                     );
                     self.topic_mut(&topic).states[partition] = Some((state, stat.version));
-                    changed.push((topic, partition));
+                    outcome.written.push((topic, partition));
                 }
                 Ok(other) => unreachable!("a set answered {other:?}"),
                 Err(KafkaZkError::ControllerMoved) => {
@@ -473,18 +487,22 @@ impl<Z: ZkClient> KafkaController<Z> {
                 }
                 Err(KafkaZkError::Zk(ZkError::BadVersion(_) | ZkError::ConnectionLoss(_))) => {
                     match self.read_state_again(&topic, partition).await {
-                        Some(held) if held == state => changed.push((topic, partition)),
-                        // Its replicas learn what the znode holds, as after a
-                        // failover: a leader's next AlterPartition carries
-                        // its version.
-                        Some(_) => self.send_leader_and_isr(&[(topic, partition)], false),
+                        Some(held) if held == state => outcome.written.push((topic, partition)),
+                        Some(_) => {
+                            // Its replicas learn what the znode holds, as
+                            // after a failover: a leader's next AlterPartition
+                            // carries its version.
+                            let read_again = (topic, partition);
+                            self.send_leader_and_isr(std::slice::from_ref(&read_again), false);
+                            outcome.read_again.push(read_again);
+                        }
                         None => {}
                     }
                 }
                 Err(error) => warn!(topic, partition, %error, "cannot write the state"),
             }
         }
-        Ok(changed)
+        Ok(outcome)
     }
 
     /// A partition's state znode read into the context; returns the state it

@@ -294,10 +294,22 @@ impl<Z: ZkClient> KafkaController<Z> {
             return Ok(false);
         }
         let topic_context = self.topic_mut(topic);
-        topic_context.assignment[partition] = target.clone();
-        topic_context.reassignments.remove(&partition);
-        self.write_partition_states(vec![(topic.to_owned(), partition, change)])
+        let origin = std::mem::replace(&mut topic_context.assignment[partition], target.clone());
+        let ongoing = topic_context.reassignments.remove(&partition);
+        let outcome = self
+            .write_partition_states(vec![(topic.to_owned(), partition, change)])
             .await?;
+        if outcome.written.is_empty() {
+            // Not elected: the state moved on under the controller (read
+            // again) or could not be written. The reassignment stays, for
+            // the next ISR or broker change to complete.
+            let topic_context = self.topic_mut(topic);
+            topic_context.assignment[partition] = origin;
+            if let Some(ongoing) = ongoing {
+                topic_context.reassignments.insert(partition, ongoing);
+            }
+            return Ok(false);
+        }
         let mut stopped = reassignment.removing.clone();
         stopped.extend_from_slice(also_stopped);
         self.stop_and_delete_replicas(topic, partition, &stopped);

@@ -132,7 +132,7 @@ impl<Z: ZkClient> KafkaController<Z> {
             .map(|(topic, partition, change)| ((topic.clone(), *partition as i32), change.leader))
             .collect();
         let written = match self.write_partition_states(changes).await {
-            Ok(written) => written,
+            Ok(outcome) => outcome.written,
             Err(KafkaZkError::ControllerMoved) => return Err(super::not_controller()),
             Err(error) => return Err(error.into()),
         };

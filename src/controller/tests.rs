@@ -1,5 +1,6 @@
 use std::rc::Rc;
 
+use kafka_protocol::messages::{alter_partition_request, AlterPartitionRequest, BrokerId};
 use serde_json::{json, Value};
 use shards::log::LogConfig;
 
@@ -233,42 +234,126 @@ fn every_controller_write_is_fenced_by_its_epoch() {
     });
 }
 
+const STATE_PATH: &str = "/brokers/topics/t/partitions/0/state";
+
+/// A controller with brokers 0 and 1 live and a topic "t" of one partition
+/// on `replicas`.
+async fn topic_on(dir: &std::path::Path, replicas: Vec<i32>) -> KafkaController<EmbeddedStore> {
+    let mut c = controller(dir).await;
+    c.zk.register_broker(&registration(1)).await.unwrap();
+    c.on_broker_change().await.unwrap();
+    let topic = NewTopic {
+        name: "t".into(),
+        num_partitions: -1,
+        replication_factor: -1,
+        assignments: vec![replicas],
+        ..NewTopic::default()
+    };
+    assert_eq!(c.create_topics(&[topic], false).await, vec![Ok((1, 2))]);
+    c
+}
+
+/// Replaces the state znode's data with `rewrite` of it, bumping its version
+/// as a write the controller did not make, or one whose answer it lost,
+/// would. Returns the version before.
+async fn rewrite_state(
+    c: &KafkaController<EmbeddedStore>,
+    rewrite: impl FnOnce(&mut Value),
+) -> i32 {
+    let zk = c.zk.zk();
+    let (bytes, stat) = zk.get_data(STATE_PATH).await.unwrap();
+    let mut state: Value = serde_json::from_slice(&bytes).unwrap();
+    rewrite(&mut state);
+    let rewritten = serde_json::to_vec(&state).unwrap();
+    zk.set_data(STATE_PATH, &rewritten, Some(stat.version))
+        .await
+        .unwrap();
+    stat.version
+}
+
+/// Broker `id`'s registration gone, and the controller told.
+async fn broker_gone(c: &mut KafkaController<EmbeddedStore>, id: i32) {
+    let path = format!("/brokers/ids/{id}");
+    let delete = Op::Delete {
+        path,
+        version: None,
+    };
+    c.zk.zk().multi(&[delete]).await.unwrap();
+    c.on_broker_change().await.unwrap();
+}
+
+fn leader_epoch_isr(state: &Value) -> (&Value, &Value, &Value) {
+    (&state["leader"], &state["leader_epoch"], &state["isr"])
+}
+
 #[test]
 fn a_state_written_under_the_controller_is_read_again_and_elected_anew() {
     run_local(|| async {
         let dir = tempfile::tempdir().unwrap();
-        let mut c = controller(dir.path()).await;
-        let client = c.zk.clone();
-        let zk = client.zk();
-        client.register_broker(&registration(1)).await.unwrap();
-        c.on_broker_change().await.unwrap();
-        let topic = NewTopic {
-            name: "t".into(),
-            num_partitions: -1,
-            replication_factor: -1,
-            assignments: vec![vec![1, 0]],
-            ..NewTopic::default()
-        };
-        assert_eq!(c.create_topics(&[topic], false).await, vec![Ok((1, 2))]);
-        let path = "/brokers/topics/t/partitions/0/state";
-        assert_eq!(data(&c, path).await["leader"], json!(1));
-        // Written under the controller (as by a first attempt whose answer
-        // was lost): the same state at a newer version.
-        let (bytes, stat) = zk.get_data(path).await.unwrap();
-        zk.set_data(path, &bytes, Some(stat.version)).await.unwrap();
-        // The leader goes away: its election meets the newer version.
-        zk.multi(&[Op::Delete {
-            path: "/brokers/ids/1".into(),
-            version: None,
-        }])
-        .await
-        .unwrap();
-        c.on_broker_change().await.unwrap();
-        let state = data(&c, path).await;
+        let mut c = topic_on(dir.path(), vec![1, 0]).await;
+        assert_eq!(data(&c, STATE_PATH).await["leader"], json!(1));
+        // The same state at a newer version: the leader's election meets it.
+        let version = rewrite_state(&c, |_| {}).await;
+        broker_gone(&mut c, 1).await;
+        let state = data(&c, STATE_PATH).await;
         assert_eq!(
-            (&state["leader"], &state["leader_epoch"], &state["isr"]),
+            leader_epoch_isr(&state),
             (&json!(0), &json!(1), &json!([0]))
         );
-        assert_eq!(zk.get_data(path).await.unwrap().1.version, stat.version + 2);
+        let (_, stat) = c.zk.zk().get_data(STATE_PATH).await.unwrap();
+        assert_eq!(stat.version, version + 2, "read again, then written");
+    });
+}
+
+#[test]
+fn a_state_already_as_elected_is_not_written_again_and_its_version_is_kept() {
+    run_local(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = topic_on(dir.path(), vec![1, 0]).await;
+        // The very state the leader's election writes, already there.
+        let version = rewrite_state(&c, |state| {
+            state["leader"] = json!(0);
+            state["leader_epoch"] = json!(1);
+            state["isr"] = json!([0]);
+        })
+        .await;
+        broker_gone(&mut c, 1).await;
+        let (_, stat) = c.zk.zk().get_data(STATE_PATH).await.unwrap();
+        assert_eq!(stat.version, version + 1, "not written twice");
+        // The context holds the znode's version: the next election writes.
+        broker_gone(&mut c, 0).await;
+        let state = data(&c, STATE_PATH).await;
+        assert_eq!(
+            leader_epoch_isr(&state),
+            (&json!(-1), &json!(2), &json!([0]))
+        );
+    });
+}
+
+#[test]
+fn an_isr_change_whose_first_attempt_took_is_answered_as_made() {
+    run_local(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = topic_on(dir.path(), vec![0, 1]).await;
+        // The shrink the leader asks for, already in the znode.
+        let version = rewrite_state(&c, |state| state["isr"] = json!([0])).await;
+        let topic_id = c.context.as_ref().unwrap().topics["t"].id;
+        let partition = alter_partition_request::PartitionData::default()
+            .with_partition_index(0)
+            .with_leader_epoch(0)
+            .with_new_isr(vec![BrokerId(0)])
+            .with_partition_epoch(version);
+        let request = AlterPartitionRequest::default()
+            .with_broker_id(BrokerId(0))
+            .with_broker_epoch(-1)
+            .with_topics(vec![alter_partition_request::TopicData::default()
+                .with_topic_id(topic_id)
+                .with_partitions(vec![partition])]);
+        let response = c.alter_partition(request, 2).await;
+        let answer = &response.topics[0].partitions[0];
+        assert_eq!(
+            (answer.error_code, answer.partition_epoch, &answer.isr),
+            (0, version + 1, &vec![BrokerId(0)])
+        );
     });
 }
