@@ -375,6 +375,7 @@ impl<Z: ZkClient> KafkaController<Z> {
     /// Every partition a broker's coming or going changes: dead replicas out
     /// of the ISR, leaders elected from it (`election.rs`), each state znode
     /// written fenced and with its version, all issued together.
+    ///
     /// A state whose write found the znode moved on is read again
     /// (`write_states`) and elected anew, as Kafka retries its
     /// `partitionsToRetry`, for at most `ELECTION_ROUNDS` rounds: no later
@@ -440,12 +441,13 @@ impl<Z: ZkClient> KafkaController<Z> {
     }
 
     /// Writes partition states fenced and each with the version the context
-    /// holds, all issued together. A znode that moved
-    /// past that version (someone else wrote it, or a first attempt whose
-    /// answer was lost did), or whose write's outcome is unknown, is read
-    /// again into the context: if it holds the state written, that write
-    /// took; otherwise its replicas are told what it holds, and the next
-    /// change starts from that.
+    /// holds, all issued together. A znode that moved past that version
+    /// (someone else wrote it, or a first attempt whose answer was lost did),
+    /// or whose write's outcome is unknown, is read again into the context:
+    /// if it holds the state written, that write took; otherwise its
+    /// replicas are told what it holds, as after a failover (a leader's next
+    /// AlterPartition carries its version), and the next change starts from
+    /// that.
     async fn write_states(
         &mut self,
         changes: Vec<(String, usize, TopicPartitionStateZNode)>,
@@ -488,20 +490,14 @@ impl<Z: ZkClient> KafkaController<Z> {
                 Err(KafkaZkError::Zk(ZkError::BadVersion(_) | ZkError::ConnectionLoss(_))) => {
                     match self.read_state_again(&topic, partition).await {
                         Some(held) if held == state => outcome.written.push((topic, partition)),
-                        Some(_) => {
-                            // Its replicas learn what the znode holds, as
-                            // after a failover: a leader's next AlterPartition
-                            // carries its version.
-                            let read_again = (topic, partition);
-                            self.send_leader_and_isr(std::slice::from_ref(&read_again), false);
-                            outcome.read_again.push(read_again);
-                        }
+                        Some(_) => outcome.read_again.push((topic, partition)),
                         None => {}
                     }
                 }
                 Err(error) => warn!(topic, partition, %error, "cannot write the state"),
             }
         }
+        self.send_leader_and_isr(&outcome.read_again, false);
         Ok(outcome)
     }
 

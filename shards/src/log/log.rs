@@ -1709,7 +1709,7 @@ async fn complete_interrupted_swaps(
         drop(segment);
         let owned_dir = dir.to_path_buf();
         run_blocking(move || {
-            for old in log_base_offsets(&owned_dir)? {
+            for old in log_base_offsets(&file_names(&owned_dir)?) {
                 if old >= base && old < swap_end {
                     remove_segment_files(&owned_dir, old);
                 }
@@ -1750,19 +1750,22 @@ fn remove_leftovers(dir: &Path) -> std::io::Result<Vec<i64>> {
     Ok(swaps)
 }
 
-/// The base offsets of the directory's `.log` files, in no order. Blocking.
-fn log_base_offsets(dir: &Path) -> std::io::Result<Vec<i64>> {
-    let mut base_offsets = Vec::new();
-    for entry in std::fs::read_dir(dir)? {
-        let name = entry?.file_name().to_string_lossy().into_owned();
-        if let Some(base) = name
-            .strip_suffix(LOG_FILE_SUFFIX)
-            .and_then(parse_base_offset)
-        {
-            base_offsets.push(base);
-        }
-    }
-    Ok(base_offsets)
+/// The names of the directory's files. Blocking.
+fn file_names(dir: &Path) -> std::io::Result<Vec<String>> {
+    std::fs::read_dir(dir)?
+        .map(|entry| Ok(entry?.file_name().to_string_lossy().into_owned()))
+        .collect()
+}
+
+/// The base offsets of the `.log` files among `names`, in their order.
+fn log_base_offsets(names: &[String]) -> Vec<i64> {
+    names
+        .iter()
+        .filter_map(|name| {
+            name.strip_suffix(LOG_FILE_SUFFIX)
+                .and_then(parse_base_offset)
+        })
+        .collect()
 }
 
 /// A segment's three files gone, those already missing included. Blocking.
@@ -1778,10 +1781,10 @@ fn remove_segment_files(dir: &Path, base: i64) {
 /// (`LogSegment::from_prepared`), as Kafka's log loader does, and `.swap`
 /// ones whose segment was already swapped in (rebuilt on open). Blocking.
 fn list_segments(dir: &Path) -> std::io::Result<Vec<i64>> {
-    let mut base_offsets = log_base_offsets(dir)?;
+    let names = file_names(dir)?;
+    let mut base_offsets = log_base_offsets(&names);
     base_offsets.sort_unstable();
-    for entry in std::fs::read_dir(dir)? {
-        let name = entry?.file_name().to_string_lossy().into_owned();
+    for name in names {
         let index_of = [INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX]
             .iter()
             .find_map(|suffix| name.strip_suffix(suffix).and_then(parse_base_offset));
