@@ -1,12 +1,15 @@
+use std::cell::Cell;
 use std::rc::Rc;
 
 use kafka_protocol::messages::{alter_partition_request, AlterPartitionRequest, BrokerId};
 use serde_json::{json, Value};
 use shards::log::LogConfig;
 
+use super::reassignment::Reassignment;
 use super::*;
 use crate::metadata::image::{Broker, EndPoint};
 use crate::metadata::store::EmbeddedStore;
+use crate::metadata::zk_client::{CreateMode, MultiError, Stat};
 use crate::metadata::znodes::BrokerIdZNode;
 use crate::test_support::run_local;
 
@@ -30,6 +33,11 @@ fn registration(id: i32) -> BrokerIdZNode {
 /// A broker registered in a store under `dir`, and its controller.
 async fn controller(dir: &std::path::Path) -> KafkaController<EmbeddedStore> {
     let (store, _events) = EmbeddedStore::open(dir).unwrap();
+    controller_on(store).await
+}
+
+/// Broker 0 registered in `store`, and its controller.
+async fn controller_on<Z: ZkClient>(store: Z) -> KafkaController<Z> {
     let zk = Rc::new(KafkaZkClient::new(store));
     zk.create_top_level_paths().await.unwrap();
     let cluster_id = zk
@@ -48,7 +56,7 @@ async fn controller(dir: &std::path::Path) -> KafkaController<EmbeddedStore> {
     controller
 }
 
-async fn data(c: &KafkaController<EmbeddedStore>, path: &str) -> Value {
+async fn data<Z: ZkClient>(c: &KafkaController<Z>, path: &str) -> Value {
     serde_json::from_slice(&c.zk.zk().get_data(path).await.unwrap().0).unwrap()
 }
 
@@ -236,10 +244,12 @@ fn every_controller_write_is_fenced_by_its_epoch() {
 
 const STATE_PATH: &str = "/brokers/topics/t/partitions/0/state";
 
-/// A controller with brokers 0 and 1 live and a topic "t" of one partition
-/// on `replicas`.
-async fn topic_on(dir: &std::path::Path, replicas: Vec<i32>) -> KafkaController<EmbeddedStore> {
-    let mut c = controller(dir).await;
+/// `c` with brokers 0 and 1 live and a topic "t" of one partition on
+/// `replicas`.
+async fn topic_on<Z: ZkClient>(
+    mut c: KafkaController<Z>,
+    replicas: Vec<i32>,
+) -> KafkaController<Z> {
     c.zk.register_broker(&registration(1)).await.unwrap();
     c.on_broker_change().await.unwrap();
     let topic = NewTopic {
@@ -256,8 +266,8 @@ async fn topic_on(dir: &std::path::Path, replicas: Vec<i32>) -> KafkaController<
 /// Replaces the state znode's data with `rewrite` of it, bumping its version
 /// as a write the controller did not make, or one whose answer it lost,
 /// would. Returns the version before.
-async fn rewrite_state(
-    c: &KafkaController<EmbeddedStore>,
+async fn rewrite_state<Z: ZkClient>(
+    c: &KafkaController<Z>,
     rewrite: impl FnOnce(&mut Value),
 ) -> i32 {
     let zk = c.zk.zk();
@@ -272,7 +282,7 @@ async fn rewrite_state(
 }
 
 /// Broker `id`'s registration gone, and the controller told.
-async fn broker_gone(c: &mut KafkaController<EmbeddedStore>, id: i32) {
+async fn broker_gone<Z: ZkClient>(c: &mut KafkaController<Z>, id: i32) {
     let path = format!("/brokers/ids/{id}");
     let delete = Op::Delete {
         path,
@@ -290,7 +300,7 @@ fn leader_epoch_isr(state: &Value) -> (&Value, &Value, &Value) {
 fn a_state_written_under_the_controller_is_read_again_and_elected_anew() {
     run_local(|| async {
         let dir = tempfile::tempdir().unwrap();
-        let mut c = topic_on(dir.path(), vec![1, 0]).await;
+        let mut c = topic_on(controller(dir.path()).await, vec![1, 0]).await;
         assert_eq!(data(&c, STATE_PATH).await["leader"], json!(1));
         // The same state at a newer version: the leader's election meets it.
         let version = rewrite_state(&c, |_| {}).await;
@@ -309,7 +319,7 @@ fn a_state_written_under_the_controller_is_read_again_and_elected_anew() {
 fn a_state_already_as_elected_is_not_written_again_and_its_version_is_kept() {
     run_local(|| async {
         let dir = tempfile::tempdir().unwrap();
-        let mut c = topic_on(dir.path(), vec![1, 0]).await;
+        let mut c = topic_on(controller(dir.path()).await, vec![1, 0]).await;
         // The very state the leader's election writes, already there.
         let version = rewrite_state(&c, |state| {
             state["leader"] = json!(0);
@@ -334,7 +344,7 @@ fn a_state_already_as_elected_is_not_written_again_and_its_version_is_kept() {
 fn an_isr_change_whose_first_attempt_took_is_answered_as_made() {
     run_local(|| async {
         let dir = tempfile::tempdir().unwrap();
-        let mut c = topic_on(dir.path(), vec![0, 1]).await;
+        let mut c = topic_on(controller(dir.path()).await, vec![0, 1]).await;
         // The shrink the leader asks for, already in the znode.
         let version = rewrite_state(&c, |state| state["isr"] = json!([0])).await;
         let topic_id = c.context.as_ref().unwrap().topics["t"].id;
@@ -355,5 +365,147 @@ fn an_isr_change_whose_first_attempt_took_is_answered_as_made() {
             (answer.error_code, answer.partition_epoch, &answer.isr),
             (0, version + 1, &vec![BrokerId(0)])
         );
+    });
+}
+
+#[test]
+fn a_reassignment_whose_completing_election_did_not_take_stays_ongoing() {
+    run_local(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = topic_on(controller(dir.path()).await, vec![0, 1]).await;
+        // The target is in the ISR already, so the reassignment completes at
+        // once, unless its election meets a state that moved on.
+        rewrite_state(&c, |_| {}).await;
+        let reassigned = c
+            .alter_partition_reassignments(vec![(("t".into(), 0), Some(vec![1]))])
+            .await
+            .unwrap();
+        assert!(reassigned[0].1.is_ok());
+        let removing_0 = Reassignment {
+            adding: vec![],
+            removing: vec![0],
+        };
+        assert_eq!(
+            c.list_partition_reassignments(None).unwrap(),
+            vec![("t".into(), 0, vec![1, 0], removing_0)]
+        );
+        let topic = data(&c, "/brokers/topics/t").await;
+        assert_eq!(
+            (&topic["partitions"]["0"], &topic["removing_replicas"]["0"]),
+            (&json!([1, 0]), &json!([0]))
+        );
+        // Phase A instead, at the version read: the old leader stays.
+        let state = data(&c, STATE_PATH).await;
+        assert_eq!(state["leader"], json!(0));
+
+        // The next broker change completes it.
+        c.zk.register_broker(&registration(2)).await.unwrap();
+        c.on_broker_change().await.unwrap();
+        assert!(c.list_partition_reassignments(None).unwrap().is_empty());
+        let topic = data(&c, "/brokers/topics/t").await;
+        assert_eq!(
+            (&topic["partitions"]["0"], &topic["removing_replicas"]),
+            (&json!([1]), &json!({}))
+        );
+        let state = data(&c, STATE_PATH).await;
+        assert_eq!((&state["leader"], &state["isr"]), (&json!(1), &json!([1])));
+    });
+}
+
+/// An embedded store that can lose the answer to the next state write:
+/// that write is made or not, as `next_state_write_made` says, and answered
+/// ConnectionLoss either way, as ZooKeeper's client answers a request whose
+/// connection dropped.
+struct LostAnswers {
+    store: EmbeddedStore,
+    next_state_write_made: Cell<Option<bool>>,
+}
+
+impl ZkClient for LostAnswers {
+    async fn create(&self, path: &str, data: &[u8], mode: CreateMode) -> Result<String, ZkError> {
+        self.store.create(path, data, mode).await
+    }
+    async fn get_data(&self, path: &str) -> Result<(Vec<u8>, Stat), ZkError> {
+        self.store.get_data(path).await
+    }
+    async fn exists(&self, path: &str) -> Result<Option<Stat>, ZkError> {
+        self.store.exists(path).await
+    }
+    async fn set_data(
+        &self,
+        path: &str,
+        data: &[u8],
+        expected_version: Option<i32>,
+    ) -> Result<Stat, ZkError> {
+        self.store.set_data(path, data, expected_version).await
+    }
+    async fn get_children(&self, path: &str) -> Result<Vec<String>, ZkError> {
+        self.store.get_children(path).await
+    }
+    async fn multi(&self, ops: &[Op]) -> Result<Vec<OpResult>, MultiError> {
+        let writes_state = ops
+            .iter()
+            .any(|op| matches!(op, Op::SetData { path, .. } if path == STATE_PATH));
+        match self.next_state_write_made.take() {
+            Some(made) if writes_state => {
+                if made {
+                    self.store.multi(ops).await?;
+                }
+                Err(ZkError::ConnectionLoss("answer lost".into()).into())
+            }
+            armed => {
+                self.next_state_write_made.set(armed);
+                self.store.multi(ops).await
+            }
+        }
+    }
+    async fn get_children_and_watch(&self, path: &str) -> Result<Vec<String>, ZkError> {
+        self.store.get_children_and_watch(path).await
+    }
+    async fn exists_and_watch(&self, path: &str) -> Result<Option<Stat>, ZkError> {
+        self.store.exists_and_watch(path).await
+    }
+    fn session_id(&self) -> i64 {
+        self.store.session_id()
+    }
+}
+
+#[test]
+fn a_state_write_whose_answer_was_lost_is_read_again() {
+    run_local(|| async {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _events) = EmbeddedStore::open(dir.path()).unwrap();
+        let store = LostAnswers {
+            store,
+            next_state_write_made: Cell::new(None),
+        };
+        let mut c = topic_on(controller_on(store).await, vec![1, 0]).await;
+        let lose_next_state_write = |c: &KafkaController<LostAnswers>, made| {
+            c.zk.zk().next_state_write_made.set(Some(made))
+        };
+        let (_, stat) = c.zk.zk().get_data(STATE_PATH).await.unwrap();
+        let version = stat.version;
+
+        // Made: the state read again is the one written.
+        lose_next_state_write(&c, true);
+        broker_gone(&mut c, 1).await;
+        let (bytes, stat) = c.zk.zk().get_data(STATE_PATH).await.unwrap();
+        let state: Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(
+            leader_epoch_isr(&state),
+            (&json!(0), &json!(1), &json!([0]))
+        );
+        assert_eq!(stat.version, version + 1, "written once");
+
+        // Not made: the election runs again on the state read.
+        lose_next_state_write(&c, false);
+        broker_gone(&mut c, 0).await;
+        let (bytes, stat) = c.zk.zk().get_data(STATE_PATH).await.unwrap();
+        let state: Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(
+            leader_epoch_isr(&state),
+            (&json!(-1), &json!(2), &json!([0]))
+        );
+        assert_eq!(stat.version, version + 2);
     });
 }
