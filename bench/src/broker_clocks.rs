@@ -17,6 +17,10 @@ pub const PHASES: &[(&str, &str)] = &[
     ("total", "kafka_network_requestmetrics_totaltimems"),
     ("local", "kafka_network_requestmetrics_localtimems"),
     ("remote", "kafka_network_requestmetrics_remotetimems"),
+    (
+        "response queue",
+        "kafka_network_requestmetrics_responsequeuetimems",
+    ),
     ("send", "kafka_network_requestmetrics_responsesendtimems"),
     ("mesh wait", "ringbroker_requestmetrics_meshwaittimems"),
     ("append", "ringbroker_requestmetrics_appendtimems"),

@@ -86,7 +86,9 @@ pub async fn handle(
         results[slot] = Some(result);
     }
     // The request's local part ends with its last append; acks=all then
-    // waits on the ISR (RemoteTimeMs).
+    // waits on the ISR (RemoteTimeMs). Once every partition is done, the
+    // response is ready: a wait for the shard after that is its response's
+    // queueing (ResponseQueueTimeMs), not the ISR's.
     let slowest = results
         .iter()
         .flatten()
@@ -95,6 +97,9 @@ pub async fn handle(
     if let Some(slowest) = slowest {
         if let Some(appended) = slowest.appended_at {
             ctx.times.local_complete_at(appended);
+        }
+        if let Some(done) = slowest.done_at {
+            ctx.times.ready_at(done);
         }
         ctx.times.set_slowest_partition(slowest);
     }

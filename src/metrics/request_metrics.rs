@@ -21,7 +21,10 @@ pub enum Phase {
     Remote,
     /// Client quota throttling; no client quotas are enforced, so always 0.
     Throttle,
-    /// From the response encoded to its first byte sent.
+    /// From the response ready (a Produce's last partition done; otherwise
+    /// the handler's end) to its first byte sent: what the shard ran before
+    /// taking the request up again, as Kafka's response queue holds a
+    /// response until a network thread takes it.
     ResponseQueue,
     ResponseSend,
     Total,
@@ -103,6 +106,9 @@ pub struct RequestTimes {
     pub received: Instant,
     dequeued: Cell<Option<Instant>>,
     local_complete: Cell<Option<Instant>>,
+    /// Its work done, response not yet encoded (a Produce's partitions all
+    /// done); unset, the handler's end.
+    ready: Cell<Option<Instant>>,
     /// (api version, correlation id), once the header is read.
     identity: Cell<Option<(i16, i32)>>,
     /// A produce's longest shard wait, append and acks wait over its partitions.
@@ -115,6 +121,7 @@ impl RequestTimes {
             received,
             dequeued: Cell::new(None),
             local_complete: Cell::new(None),
+            ready: Cell::new(None),
             identity: Cell::new(None),
             slowest_partition: Cell::new(None),
         }
@@ -142,6 +149,10 @@ impl RequestTimes {
         }
     }
 
+    pub fn ready_at(&self, at: Instant) {
+        self.ready.set(Some(at));
+    }
+
     pub fn identity(&self) -> Option<(i16, i32)> {
         self.identity.get()
     }
@@ -164,12 +175,17 @@ impl RequestTimes {
             .unwrap_or(responded)
             .min(responded);
         let local_complete = local_complete.max(dequeued);
+        let ready = self
+            .ready
+            .get()
+            .unwrap_or(responded)
+            .clamp(local_complete, responded);
         [
             dequeued - self.received,
             local_complete - dequeued,
-            responded - local_complete,
+            ready - local_complete,
             Duration::ZERO,
-            send_started - responded,
+            send_started - ready,
             sent - send_started,
             sent - self.received,
         ]
@@ -192,6 +208,15 @@ mod tests {
         let ms: Vec<u64> = phases.iter().map(|d| d.as_millis() as u64).collect();
         assert_eq!(ms, [1, 3, 6, 0, 1, 4, 15]);
         assert_eq!(phases[..6].iter().sum::<Duration>(), phases[6]);
+
+        // Done at 7, taken up again at 10: the response queued 3 ms more.
+        let times = RequestTimes::new(received);
+        times.dequeued.set(Some(at(1)));
+        times.local_complete_at(at(4));
+        times.ready_at(at(7));
+        let phases = times.phases(at(10), at(11), at(15));
+        let ms: Vec<u64> = phases.iter().map(|d| d.as_millis() as u64).collect();
+        assert_eq!(ms, [1, 3, 3, 0, 4, 4, 15]);
 
         // Nothing went remote: all of the handler's time is local.
         let times = RequestTimes::new(received);

@@ -115,6 +115,9 @@ pub struct AppendTiming {
     pub acks_wait: Duration,
     /// When the append was done.
     pub appended_at: Option<Instant>,
+    /// When the partition's part was done: appended, and with acks=all
+    /// replicated by the ISR.
+    pub done_at: Option<Instant>,
 }
 
 impl AppendTiming {
@@ -125,6 +128,7 @@ impl AppendTiming {
             append: self.append.max(other.append),
             acks_wait: self.acks_wait.max(other.acks_wait),
             appended_at: self.appended_at.max(other.appended_at),
+            done_at: self.done_at.max(other.done_at),
         }
     }
 }

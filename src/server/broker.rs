@@ -514,11 +514,13 @@ impl ShardBroker {
                         return Ok(Err(AppendError::Refused(error)));
                     }
                 }
+                let done = Instant::now();
                 let timing = AppendTiming {
                     shard_wait: started - sent,
                     append: appended - started,
-                    acks_wait: appended.elapsed(),
+                    acks_wait: done - appended,
                     appended_at: Some(appended),
+                    done_at: Some(done),
                 };
                 Ok(Ok((info, timing)))
             };
