@@ -292,6 +292,12 @@ async fn broker_gone<Z: ZkClient>(c: &mut KafkaController<Z>, id: i32) {
     c.on_broker_change().await.unwrap();
 }
 
+/// The state znode's JSON and its version.
+async fn state_and_version<Z: ZkClient>(c: &KafkaController<Z>) -> (Value, i32) {
+    let (bytes, stat) = c.zk.zk().get_data(STATE_PATH).await.unwrap();
+    (serde_json::from_slice(&bytes).unwrap(), stat.version)
+}
+
 fn leader_epoch_isr(state: &Value) -> (&Value, &Value, &Value) {
     (&state["leader"], &state["leader_epoch"], &state["isr"])
 }
@@ -305,13 +311,12 @@ fn a_state_written_under_the_controller_is_read_again_and_elected_anew() {
         // The same state at a newer version: the leader's election meets it.
         let version = rewrite_state(&c, |_| {}).await;
         broker_gone(&mut c, 1).await;
-        let state = data(&c, STATE_PATH).await;
+        let (state, written) = state_and_version(&c).await;
         assert_eq!(
             leader_epoch_isr(&state),
             (&json!(0), &json!(1), &json!([0]))
         );
-        let (_, stat) = c.zk.zk().get_data(STATE_PATH).await.unwrap();
-        assert_eq!(stat.version, version + 2, "read again, then written");
+        assert_eq!(written, version + 2, "read again, then written");
     });
 }
 
@@ -328,8 +333,8 @@ fn a_state_already_as_elected_is_not_written_again_and_its_version_is_kept() {
         })
         .await;
         broker_gone(&mut c, 1).await;
-        let (_, stat) = c.zk.zk().get_data(STATE_PATH).await.unwrap();
-        assert_eq!(stat.version, version + 1, "not written twice");
+        let (_, written) = state_and_version(&c).await;
+        assert_eq!(written, version + 1, "not written twice");
         // The context holds the znode's version: the next election writes.
         broker_gone(&mut c, 0).await;
         let state = data(&c, STATE_PATH).await;
@@ -483,29 +488,26 @@ fn a_state_write_whose_answer_was_lost_is_read_again() {
         let lose_next_state_write = |c: &KafkaController<LostAnswers>, made| {
             c.zk.zk().next_state_write_made.set(Some(made))
         };
-        let (_, stat) = c.zk.zk().get_data(STATE_PATH).await.unwrap();
-        let version = stat.version;
+        let (_, version) = state_and_version(&c).await;
 
         // Made: the state read again is the one written.
         lose_next_state_write(&c, true);
         broker_gone(&mut c, 1).await;
-        let (bytes, stat) = c.zk.zk().get_data(STATE_PATH).await.unwrap();
-        let state: Value = serde_json::from_slice(&bytes).unwrap();
+        let (state, written) = state_and_version(&c).await;
         assert_eq!(
             leader_epoch_isr(&state),
             (&json!(0), &json!(1), &json!([0]))
         );
-        assert_eq!(stat.version, version + 1, "written once");
+        assert_eq!(written, version + 1, "written once");
 
         // Not made: the election runs again on the state read.
         lose_next_state_write(&c, false);
         broker_gone(&mut c, 0).await;
-        let (bytes, stat) = c.zk.zk().get_data(STATE_PATH).await.unwrap();
-        let state: Value = serde_json::from_slice(&bytes).unwrap();
+        let (state, written) = state_and_version(&c).await;
         assert_eq!(
             leader_epoch_isr(&state),
             (&json!(-1), &json!(2), &json!([0]))
         );
-        assert_eq!(stat.version, version + 2);
+        assert_eq!(written, version + 2);
     });
 }
