@@ -270,15 +270,14 @@ async fn rewrite_state<Z: ZkClient>(
     c: &KafkaController<Z>,
     rewrite: impl FnOnce(&mut Value),
 ) -> i32 {
-    let zk = c.zk.zk();
-    let (bytes, stat) = zk.get_data(STATE_PATH).await.unwrap();
-    let mut state: Value = serde_json::from_slice(&bytes).unwrap();
+    let (mut state, version) = state_and_version(c).await;
     rewrite(&mut state);
     let rewritten = serde_json::to_vec(&state).unwrap();
-    zk.set_data(STATE_PATH, &rewritten, Some(stat.version))
+    c.zk.zk()
+        .set_data(STATE_PATH, &rewritten, Some(version))
         .await
         .unwrap();
-    stat.version
+    version
 }
 
 /// Broker `id`'s registration gone, and the controller told.

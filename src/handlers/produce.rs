@@ -98,9 +98,6 @@ pub async fn handle(
         if let Some(appended) = slowest.appended_at {
             ctx.times.local_complete_at(appended);
         }
-        if let Some(done) = slowest.done_at {
-            ctx.times.ready_at(done);
-        }
         ctx.times.set_slowest_partition(slowest);
     }
     let mut results = results.into_iter();

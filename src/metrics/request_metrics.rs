@@ -106,12 +106,10 @@ pub struct RequestTimes {
     pub received: Instant,
     dequeued: Cell<Option<Instant>>,
     local_complete: Cell<Option<Instant>>,
-    /// Its work done, response not yet encoded (a Produce's partitions all
-    /// done); unset, the handler's end.
-    ready: Cell<Option<Instant>>,
     /// (api version, correlation id), once the header is read.
     identity: Cell<Option<(i16, i32)>>,
-    /// A produce's longest shard wait, append and acks wait over its partitions.
+    /// A produce's longest shard wait, append and acks wait over its
+    /// partitions; its last partition done is when its response was ready.
     slowest_partition: Cell<Option<AppendTiming>>,
 }
 
@@ -121,7 +119,6 @@ impl RequestTimes {
             received,
             dequeued: Cell::new(None),
             local_complete: Cell::new(None),
-            ready: Cell::new(None),
             identity: Cell::new(None),
             slowest_partition: Cell::new(None),
         }
@@ -149,10 +146,6 @@ impl RequestTimes {
         }
     }
 
-    pub fn ready_at(&self, at: Instant) {
-        self.ready.set(Some(at));
-    }
-
     pub fn identity(&self) -> Option<(i16, i32)> {
         self.identity.get()
     }
@@ -175,9 +168,12 @@ impl RequestTimes {
             .unwrap_or(responded)
             .min(responded);
         let local_complete = local_complete.max(dequeued);
+        // Ready when a Produce's last partition was done; otherwise when
+        // the handler ended.
         let ready = self
-            .ready
+            .slowest_partition
             .get()
+            .and_then(|partition| partition.done_at)
             .unwrap_or(responded)
             .clamp(local_complete, responded);
         [
@@ -200,23 +196,27 @@ mod tests {
     fn phases_split_the_total() {
         let received = Instant::now();
         let at = |ms: u64| received + Duration::from_millis(ms);
+        let ms = |phases: [Duration; 7]| phases.map(|d| d.as_millis() as u64);
         let times = RequestTimes::new(received);
         times.dequeued.set(Some(at(1)));
         times.local_complete_at(at(4));
         times.local_complete_at(at(6));
         let phases = times.phases(at(10), at(11), at(15));
-        let ms: Vec<u64> = phases.iter().map(|d| d.as_millis() as u64).collect();
-        assert_eq!(ms, [1, 3, 6, 0, 1, 4, 15]);
+        assert_eq!(ms(phases), [1, 3, 6, 0, 1, 4, 15]);
         assert_eq!(phases[..6].iter().sum::<Duration>(), phases[6]);
 
         // Done at 7, taken up again at 10: the response queued 3 ms more.
         let times = RequestTimes::new(received);
         times.dequeued.set(Some(at(1)));
         times.local_complete_at(at(4));
-        times.ready_at(at(7));
-        let phases = times.phases(at(10), at(11), at(15));
-        let ms: Vec<u64> = phases.iter().map(|d| d.as_millis() as u64).collect();
-        assert_eq!(ms, [1, 3, 3, 0, 4, 4, 15]);
+        times.set_slowest_partition(AppendTiming {
+            done_at: Some(at(7)),
+            ..AppendTiming::default()
+        });
+        assert_eq!(
+            ms(times.phases(at(10), at(11), at(15))),
+            [1, 3, 3, 0, 4, 4, 15]
+        );
 
         // Nothing went remote: all of the handler's time is local.
         let times = RequestTimes::new(received);
