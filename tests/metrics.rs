@@ -1,6 +1,7 @@
 //! The metrics endpoint scraped before and after a produce and fetch run,
 //! parsed with Prometheus' own Python parser (prometheus_client): the counters
-//! move by exactly the records and bytes moved, and `/health` answers.
+//! move by exactly the records and bytes moved, and `/health` answers; a
+//! request waiting in its socket behind a parked fetch is seen waiting.
 
 mod common;
 
@@ -10,7 +11,9 @@ use std::process::{Command, Stdio};
 
 use common::{free_port, http_get, Broker, Client};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse, TopicName};
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsRequest, FetchRequest, FetchResponse, TopicName,
+};
 use kafka_protocol::protocol::StrBytes;
 use shards::log::record_batch::RecordBatchBuilder;
 
@@ -297,4 +300,64 @@ fn counters_move_by_what_was_produced_and_fetched() {
     let (_, body) = http_get(port, &format!("/slow_requests?since_ms={future_ms}"));
     let listing: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(listing["requests"].as_array().unwrap().len(), 0);
+}
+
+/// A fetch parks for its max wait with an ApiVersions pipelined behind it on
+/// the same connection: Kafka's phases of the ApiVersions start once it is
+/// read and see nothing of that wait; SocketWaitTimeMs holds it.
+#[test]
+fn a_request_behind_a_parked_fetch_waits_in_the_socket() {
+    const MAX_WAIT_MS: i32 = 400;
+    let port = free_port();
+    let broker = Broker::start(&[&format!("ringbroker.metrics.port={port}")]);
+    let mut client = Client::connect(&broker.address());
+    client.create_topic("quiet", 1);
+    let before = scrape(port);
+
+    let fetch = client.request_frame(
+        ApiKey::Fetch,
+        12,
+        &FetchRequest::default()
+            .with_max_wait_ms(MAX_WAIT_MS)
+            .with_min_bytes(1)
+            .with_max_bytes(1 << 20)
+            .with_topics(vec![FetchTopic::default()
+                .with_topic(TopicName(StrBytes::from_static_str("quiet")))
+                .with_partitions(vec![FetchPartition::default()
+                    .with_partition(0)
+                    .with_partition_max_bytes(1 << 20)])]),
+    );
+    let api_versions = client.request_frame(ApiKey::ApiVersions, 0, &ApiVersionsRequest::default());
+    client.send_frame(&[fetch, api_versions].concat()).unwrap();
+    for _ in 0..2 {
+        client.read_frame().unwrap();
+    }
+    let after = scrape(port);
+
+    let delta =
+        |name: &str, labels: &str| value(&after, name, labels) - value(&before, name, labels);
+    let waited_ms = |request: &str| {
+        let labels = format!("request={request}");
+        let family = "ringbroker_requestmetrics_socketwaittimems";
+        assert_eq!(delta(&format!("{family}_count"), &labels), 1.0, "{request}");
+        delta(&format!("{family}_sum"), &labels)
+    };
+    let parked_ms = f64::from(MAX_WAIT_MS);
+    let behind_ms = waited_ms("ApiVersions");
+    assert!(
+        behind_ms >= parked_ms * 0.9,
+        "the ApiVersions waited {behind_ms} ms behind a fetch parked {parked_ms} ms"
+    );
+    assert!(
+        waited_ms("Fetch") < behind_ms - parked_ms * 0.5,
+        "the fetch was read as it came"
+    );
+    let total_ms = delta(
+        "kafka_network_requestmetrics_totaltimems_sum",
+        "request=ApiVersions",
+    );
+    assert!(
+        total_ms < parked_ms * 0.5,
+        "TotalTime starts at the read: {total_ms} ms"
+    );
 }

@@ -22,6 +22,7 @@ pub const PHASES: &[(&str, &str)] = &[
         "kafka_network_requestmetrics_responsequeuetimems",
     ),
     ("send", "kafka_network_requestmetrics_responsesendtimems"),
+    ("socket wait", "ringbroker_requestmetrics_socketwaittimems"),
     ("mesh wait", "ringbroker_requestmetrics_meshwaittimems"),
     ("append", "ringbroker_requestmetrics_appendtimems"),
     ("acks wait", "ringbroker_requestmetrics_ackswaittimems"),
@@ -313,11 +314,14 @@ pub fn slowest_produces(
                         ms("AcksWait")
                     )
                     });
+            let socket_wait = request["socket_wait_ms"]
+                .as_f64()
+                .map_or(String::new(), |ms| format!(", after {ms:.2} in the socket"));
             let at_ms = request["time_ms"].as_i64().unwrap_or(0) - since_ms;
             listed.push((
                 total_ms,
                 format!(
-                    "+{:.3} s, broker {}, shard {}: {total_ms:.2} ms ({}){partition}; mesh jobs {}; {}",
+                    "+{:.3} s, broker {}, shard {}: {total_ms:.2} ms ({}{socket_wait}){partition}; mesh jobs {}; {}",
                     at_ms as f64 / 1000.0,
                     broker + 1,
                     request["shard"],

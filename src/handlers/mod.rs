@@ -54,7 +54,7 @@ use shards::log::wall_clock_ms;
 use tracing::debug;
 
 use crate::metrics::errors::ResponseErrors;
-use crate::metrics::request_metrics::RequestTimes;
+use crate::metrics::request_metrics::{Phase, RequestTimes};
 use crate::metrics::slow_requests::SlowRequest;
 use crate::network::{ConnectionInfo, Dispatcher, Outcome};
 use crate::protocol::inter_broker;
@@ -437,6 +437,9 @@ impl Dispatcher for RequestDispatcher {
         let phases = times.phases(responded, send_started, Instant::now());
         let metrics = &self.broker.metrics;
         metrics.record_request(api_key, &phases);
+        if let Some(waited) = times.socket_wait {
+            metrics.record_phase(api_key, Phase::SocketWait, waited);
+        }
         let now_ms = wall_clock_ms();
         let total = phases[6];
         if !metrics.slow_requests.borrow().keeps(now_ms, api_key, total) {
@@ -454,6 +457,7 @@ impl Dispatcher for RequestDispatcher {
                 correlation_id,
                 client_host: connection.client_host.clone(),
                 phases,
+                socket_wait: times.socket_wait,
                 mesh_jobs_in_flight: self.broker.mesh().jobs_in_flight(),
                 slowest_partition: times.slowest_partition(),
             },

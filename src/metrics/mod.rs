@@ -201,7 +201,8 @@ impl ShardMetrics {
         }
     }
 
-    /// A partition's part of a request of `api` (ringbroker's own phases).
+    /// One of ringbroker's own phases of a request of `api`, or of a
+    /// partition's part in it.
     pub fn record_phase(&self, api_key: i16, phase: Phase, elapsed: Duration) {
         assert!(!Phase::REQUEST.contains(&phase), "recorded per request");
         self.requests
@@ -358,7 +359,7 @@ pub fn render(
     // Each phase's histogram lists only its occupied buckets: their bounds
     // are the same everywhere (`histogram::bucket_upper_bound_us`), so two
     // scrapes subtract bucket by bucket.
-    for phase in Phase::REQUEST.into_iter().chain(Phase::PARTITION) {
+    for phase in Phase::REQUEST.into_iter().chain(Phase::OWN) {
         let name = header(&mut out, &phase.metric_name(), "histogram", phase.help());
         for (api, stats) in &requests {
             let Some(histogram) = stats.phases.get(&phase) else {

@@ -28,6 +28,9 @@ pub enum Phase {
     ResponseQueue,
     ResponseSend,
     Total,
+    /// Before the request: from the kernel's receipt of its first bytes to
+    /// the shard reading them (a lower bound; `network::receive_timestamp`).
+    SocketWait,
     /// A partition's work waiting to start on the shard that owns it (only
     /// for partitions on another shard).
     MeshWait,
@@ -48,8 +51,13 @@ impl Phase {
         Phase::ResponseSend,
         Phase::Total,
     ];
-    /// ringbroker's own, per partition.
-    pub const PARTITION: [Phase; 3] = [Phase::MeshWait, Phase::Append, Phase::AcksWait];
+    /// ringbroker's own: per request, then per partition.
+    pub const OWN: [Phase; 4] = [
+        Phase::SocketWait,
+        Phase::MeshWait,
+        Phase::Append,
+        Phase::AcksWait,
+    ];
 
     /// Kafka's MBean name (`kafka.network:type=RequestMetrics,name=...`), or
     /// ringbroker's for its own phases.
@@ -62,6 +70,7 @@ impl Phase {
             Phase::ResponseQueue => "ResponseQueueTimeMs",
             Phase::ResponseSend => "ResponseSendTimeMs",
             Phase::Total => "TotalTimeMs",
+            Phase::SocketWait => "SocketWaitTimeMs",
             Phase::MeshWait => "MeshWaitTimeMs",
             Phase::Append => "AppendTimeMs",
             Phase::AcksWait => "AcksWaitTimeMs",
@@ -89,6 +98,9 @@ impl Phase {
             Phase::ResponseQueue => "From a response encoded to its sending starting, ms.",
             Phase::ResponseSend => "Sending a response, ms.",
             Phase::Total => "From a request read to its response sent, ms.",
+            Phase::SocketWait => {
+                "A request's first bytes waiting in the socket to be read, at least, ms."
+            }
             Phase::MeshWait => {
                 "A request's work waiting for another shard owning its partitions, per hop, ms."
             }
@@ -104,6 +116,9 @@ impl Phase {
 pub struct RequestTimes {
     /// Its last byte read.
     pub received: Instant,
+    /// How long its first bytes had waited in the socket before they were
+    /// read (`Phase::SocketWait`), when the kernel timestamped them.
+    pub socket_wait: Option<Duration>,
     dequeued: Cell<Option<Instant>>,
     local_complete: Cell<Option<Instant>>,
     /// (api version, correlation id), once the header is read.
@@ -114,9 +129,10 @@ pub struct RequestTimes {
 }
 
 impl RequestTimes {
-    pub fn new(received: Instant) -> Self {
+    pub fn new(received: Instant, socket_wait: Option<Duration>) -> Self {
         Self {
             received,
+            socket_wait,
             dequeued: Cell::new(None),
             local_complete: Cell::new(None),
             identity: Cell::new(None),
@@ -197,7 +213,7 @@ mod tests {
         let received = Instant::now();
         let at = |ms: u64| received + Duration::from_millis(ms);
         let ms = |phases: [Duration; 7]| phases.map(|d| d.as_millis() as u64);
-        let times = RequestTimes::new(received);
+        let times = RequestTimes::new(received, None);
         times.dequeued.set(Some(at(1)));
         times.local_complete_at(at(4));
         times.local_complete_at(at(6));
@@ -206,7 +222,7 @@ mod tests {
         assert_eq!(phases[..6].iter().sum::<Duration>(), phases[6]);
 
         // Done at 7, taken up again at 10: the response queued 3 ms more.
-        let times = RequestTimes::new(received);
+        let times = RequestTimes::new(received, None);
         times.dequeued.set(Some(at(1)));
         times.local_complete_at(at(4));
         times.set_slowest_partition(AppendTiming {
@@ -219,7 +235,7 @@ mod tests {
         );
 
         // Nothing went remote: all of the handler's time is local.
-        let times = RequestTimes::new(received);
+        let times = RequestTimes::new(received, None);
         times.dequeued.set(Some(at(1)));
         let phases = times.phases(at(10), at(10), at(12));
         assert_eq!(phases[1], Duration::from_millis(9));

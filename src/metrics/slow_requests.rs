@@ -30,6 +30,8 @@ pub struct SlowRequest {
     pub client_host: String,
     /// In `Phase::REQUEST`'s order.
     pub phases: [Duration; 7],
+    /// Before `received`: `Phase::SocketWait`.
+    pub socket_wait: Option<Duration>,
     /// Jobs from other shards running on its shard when it was answered.
     pub mesh_jobs_in_flight: u64,
     /// A produce's longest partition parts.
@@ -165,6 +167,7 @@ pub fn render(
                 "client_host": request.client_host,
                 "total_ms": ms(request.total()),
                 "phases_ms": phases,
+                "socket_wait_ms": request.socket_wait.map(ms),
                 "mesh_jobs_in_flight": request.mesh_jobs_in_flight,
                 "slowest_partition_ms": request.slowest_partition.map(|p| json!({
                     "ShardWait": ms(p.shard_wait),
@@ -204,6 +207,7 @@ mod tests {
             correlation_id: 1,
             client_host: "/127.0.0.1".into(),
             phases,
+            socket_wait: None,
             mesh_jobs_in_flight: 0,
             slowest_partition: None,
         }

@@ -8,6 +8,7 @@
 //! flight.
 
 pub mod broker_connection;
+mod receive_timestamp;
 
 use std::cell::{Cell, RefCell};
 use std::io;
@@ -444,13 +445,18 @@ async fn read_frame(stream: &mut TcpStream, size_bytes: usize) -> io::Result<Vec
 /// SO_RCVLOWAT: the socket reads as readable once `size_bytes` are in.
 fn set_receive_low_water(fd: RawFd, size_bytes: usize) -> io::Result<()> {
     let value = libc::c_int::try_from(size_bytes).expect("a frame size is an i32");
+    set_socket_option(fd, libc::SO_RCVLOWAT, value)
+}
+
+/// setsockopt(2) of an int `option` at SOL_SOCKET.
+fn set_socket_option(fd: RawFd, option: libc::c_int, value: libc::c_int) -> io::Result<()> {
     // SAFETY: a plain setsockopt on a descriptor the stream keeps open, with
     // an int that outlives the call.
     let result = unsafe {
         libc::setsockopt(
             fd,
             libc::SOL_SOCKET,
-            libc::SO_RCVLOWAT,
+            option,
             (&value as *const libc::c_int).cast(),
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         )
@@ -590,6 +596,31 @@ async fn send_file(stream: &mut TcpStream, records: &FileRecords) -> io::Result<
     Ok(())
 }
 
+/// Reads a request's 4-byte size; and how long its bytes had waited in the
+/// socket for this shard to read them (`receive_timestamp`), None when the
+/// kernel gave no timestamp.
+async fn read_request_size(
+    stream: &mut TcpStream,
+    size: &mut [u8; 4],
+) -> io::Result<Option<Duration>> {
+    loop {
+        match receive_timestamp::recv(stream.as_raw_fd(), size) {
+            Ok((0, _)) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok((read, waited)) => {
+                stream.read_exact(&mut size[read..]).await?;
+                return Ok(waited);
+            }
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+            // Nothing yet: glommio waits for the first byte (a peek leaves
+            // it for the read, and its timestamp with it).
+            Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
+                stream.peek(&mut [0u8; 1]).await?;
+            }
+            Err(error) => return Err(error),
+        }
+    }
+}
+
 /// Serves one connection until the client closes it or breaks the protocol.
 async fn serve_connection<D: Dispatcher>(
     mut stream: TcpStream,
@@ -603,6 +634,7 @@ async fn serve_connection<D: Dispatcher>(
     // and writes are already nonblocking (MSG_DONTWAIT, then a poll through
     // io_uring), so they are unaffected.
     set_nonblocking(stream.as_raw_fd()).map_err(ConnectionError::Peer)?;
+    receive_timestamp::enable(stream.as_raw_fd()).map_err(ConnectionError::Peer)?;
     let connection = ConnectionInfo {
         listener_name: listener.name.clone(),
         client_host: stream
@@ -619,8 +651,9 @@ async fn serve_connection<D: Dispatcher>(
             return Ok(Served::Moving(shard, stream));
         }
         let mut size = [0u8; 4];
-        let next =
-            futures_lite::future::or(async { Some(stream.read_exact(&mut size).await) }, async {
+        let next = futures_lite::future::or(
+            async { Some(read_request_size(&mut stream, &mut size).await) },
+            async {
                 // Shutting down, or idle past `connections.max.idle.ms`.
                 futures_lite::future::or(
                     listener.connections.stopped(),
@@ -628,12 +661,13 @@ async fn serve_connection<D: Dispatcher>(
                 )
                 .await;
                 None
-            })
-            .await;
-        match next {
+            },
+        )
+        .await;
+        let socket_wait = match next {
             // Shutting down or idle between requests: close quietly, as Kafka does.
             None => return Ok(Served::Closed),
-            Some(Ok(())) => {}
+            Some(Ok(socket_wait)) => socket_wait,
             // A client hanging up between requests is the normal end.
             Some(Err(error))
                 if matches!(
@@ -644,7 +678,7 @@ async fn serve_connection<D: Dispatcher>(
                 return Ok(Served::Closed)
             }
             Some(Err(error)) => return Err(ConnectionError::Peer(error)),
-        }
+        };
         let size = i32::from_be_bytes(size);
         if size < 0 || size as usize > max_request_bytes {
             return Err(ConnectionError::Protocol(format!("request of {size} bytes is outside [0, socket.request.max.bytes = {max_request_bytes}]")));
@@ -652,7 +686,7 @@ async fn serve_connection<D: Dispatcher>(
         let frame = read_frame(&mut stream, size as usize)
             .await
             .map_err(ConnectionError::Peer)?;
-        let times = Rc::new(RequestTimes::new(Instant::now()));
+        let times = Rc::new(RequestTimes::new(Instant::now(), socket_wait));
         let api_key = peek_api(&frame).map_or(-1, |(api_key, _)| api_key);
         let outcome = dispatcher
             .dispatch(&connection, Bytes::from(frame), &times)
