@@ -95,7 +95,9 @@ impl Phase {
                 "A request waiting on others (ISR for acks=all, data for a parked fetch), ms."
             }
             Phase::Throttle => "Client quota throttling, ms (no client quotas: 0).",
-            Phase::ResponseQueue => "From a response encoded to its sending starting, ms.",
+            Phase::ResponseQueue => {
+                "From a response ready (a Produce's last partition done) to its sending starting, ms."
+            }
             Phase::ResponseSend => "Sending a response, ms.",
             Phase::Total => "From a request read to its response sent, ms.",
             Phase::SocketWait => {
