@@ -744,11 +744,24 @@ fn charts(runs: &[Run], results_dir: &std::path::Path, stamp: &str) -> Vec<Strin
         });
         let mut series = Vec::new();
         let average = run.client.starts_with("Java");
-        for (who, color, source) in [
-            ("ringbroker", "#d9480f", Some(run)),
-            ("Kafka", "#1c7ed6", kafka),
+        for (who, color, end_to_end_color, source) in [
+            ("ringbroker", "#d9480f", "#f59f00", Some(run)),
+            ("Kafka", "#1c7ed6", "#15aabf", kafka),
         ] {
             let Some(source) = source else { continue };
+            // The target's measure: the chart shows when its tail happened.
+            if let Some(end_to_end) = source.figures.iter().find(|f| f.measure == "end-to-end") {
+                series.push(Series {
+                    name: format!("{who} end-to-end max"),
+                    color: end_to_end_color,
+                    dashed: false,
+                    points: end_to_end
+                        .timeline
+                        .iter()
+                        .map(|(s, _, max)| (*s, *max))
+                        .collect(),
+                });
+            }
             let figures = &source.figures[0];
             series.push(Series {
                 name: format!("{who} {} max", figures.measure),
