@@ -749,21 +749,7 @@ fn charts(runs: &[Run], results_dir: &std::path::Path, stamp: &str) -> Vec<Strin
             ("Kafka", "#1c7ed6", "#15aabf", kafka),
         ] {
             let Some(source) = source else { continue };
-            // The target's measure: the chart shows when its tail happened.
-            if let Some(end_to_end) = source.figures.iter().find(|f| f.measure == "end-to-end") {
-                series.push(Series {
-                    name: format!("{who} end-to-end max"),
-                    color: end_to_end_color,
-                    dashed: false,
-                    points: end_to_end
-                        .timeline
-                        .iter()
-                        .map(|(s, _, max)| (*s, *max))
-                        .collect(),
-                });
-            }
-            let figures = &source.figures[0];
-            series.push(Series {
+            let max_series = |figures: &ClientFigures, color| Series {
                 name: format!("{who} {} max", figures.measure),
                 color,
                 dashed: false,
@@ -772,7 +758,13 @@ fn charts(runs: &[Run], results_dir: &std::path::Path, stamp: &str) -> Vec<Strin
                     .iter()
                     .map(|(s, _, max)| (*s, *max))
                     .collect(),
-            });
+            };
+            // The target's measure: the chart shows when its tail happened.
+            if let Some(end_to_end) = source.figures.iter().find(|f| f.measure == "end-to-end") {
+                series.push(max_series(end_to_end, end_to_end_color));
+            }
+            let figures = &source.figures[0];
+            series.push(max_series(figures, color));
             series.push(Series {
                 name: format!(
                     "{who} {} {}",
