@@ -579,6 +579,31 @@ fn truncate_to_removes_the_tail_and_later_epochs() {
 }
 
 #[test]
+fn truncate_to_the_log_end_drops_an_epoch_started_there_with_nothing_appended() {
+    let dir = tempfile::tempdir().unwrap();
+    run(async {
+        let log = open_log(dir.path(), small_segments(), 0, false).await;
+        log.append_as_leader(batch(0, 10, 100, 1_000), 1, 1_000)
+            .await
+            .unwrap();
+        // Leader for epoch 2 a moment, then a follower of a leader that
+        // never had epoch 2: its divergence is at this log end.
+        log.assign_epoch_start_offset(2).await.unwrap();
+        assert_eq!(log.latest_epoch(), Some(2));
+        log.truncate_to(10).await.unwrap();
+        assert_eq!(log.log_end_offset(), 10);
+        assert_eq!(log.latest_epoch(), Some(1));
+        assert_eq!(log.end_offset_for_epoch(1), Some((1, 10)));
+        assert_eq!(read_all(&log).await.len(), 10);
+    });
+    // The checkpoint forgot it too.
+    run(async {
+        let log = open_log(dir.path(), small_segments(), 0, false).await;
+        assert_eq!(log.latest_epoch(), Some(1));
+    });
+}
+
+#[test]
 fn segments_roll_on_time_and_on_a_full_index() {
     let dir = tempfile::tempdir().unwrap();
     run(async {

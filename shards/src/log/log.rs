@@ -1171,6 +1171,17 @@ impl Log {
         let _exclusive = self.exclusive().await;
         self.check_not_deleted()?;
         if offset >= self.log_end_offset() {
+            // No batch goes, but an epoch this broker started as leader and
+            // appended nothing in does (Kafka's `truncateTo` too): kept, it
+            // is the epoch the follower fetches with, the leader never had
+            // it, and each fetch answers a divergence at this same offset.
+            let dropped = self
+                .leader_epoch_cache
+                .borrow_mut()
+                .truncate_from_end(self.log_end_offset());
+            if dropped {
+                self.write_leader_epoch_checkpoint().await?;
+            }
             return Ok(());
         }
         self.flush_state.next_generation();
