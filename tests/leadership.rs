@@ -7,8 +7,11 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
+use common::acked::{produce_until, replicas_agree};
 use common::cluster::{kafka_topics, wait, ZooKeeper};
 use common::kafka_tool_output;
 
@@ -63,6 +66,18 @@ fn elect_one(bootstrap: &str, election_type: &str, topic: &str, partition: i32) 
     leader_election(bootstrap, &args)
 }
 
+/// An idempotent acks=all producer writes to `topic` for `duration`, with
+/// every record acknowledged.
+fn produce_for(bootstrap: String, topic: &'static str, duration: Duration) {
+    let producing = Arc::new(AtomicBool::new(true));
+    let producer = produce_until(bootstrap, topic, producing.clone());
+    std::thread::sleep(duration);
+    producing.store(false, Ordering::Release);
+    let (acked, errors) = producer.join().unwrap();
+    assert!(errors.is_empty(), "{errors:?}");
+    assert!(!acked.is_empty());
+}
+
 #[test]
 fn leadership_returns_to_preferred_replicas_after_a_broker_returns() {
     const CHROOT: &str = "/auto-rebalance";
@@ -83,7 +98,10 @@ fn leadership_returns_to_preferred_replicas_after_a_broker_returns() {
         preferred.contains(&2),
         "broker 2 prefers some: {preferred:?}"
     );
+    produce_for(all.join(","), "balanced", Duration::from_secs(1));
 
+    // The brokers that stand in for broker 2 lead an epoch in which nothing
+    // is appended, which broker 2 never has.
     brokers[1].kill();
     zk.wait_for(
         Duration::from_secs(20),
@@ -103,6 +121,10 @@ fn leadership_returns_to_preferred_replicas_after_a_broker_returns() {
         controller_log.contains("auto leader rebalance"),
         "{controller_log}"
     );
+    // Following broker 2 again, they drop that epoch and replicate what
+    // comes next (they used to truncate to their own log end without end).
+    produce_for(all.join(","), "balanced", Duration::from_secs(1));
+    replicas_agree(&brokers, "balanced", 12);
 }
 
 #[test]
