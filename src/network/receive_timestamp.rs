@@ -13,27 +13,13 @@
 
 use std::io;
 use std::os::fd::RawFd;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 /// Asks the kernel to timestamp what `fd` receives. The kernel turns
 /// timestamping on for its receive path a moment after the first socket asks
 /// (deferred work); until then, reads carry no timestamp or the read's own time.
 pub fn enable(fd: RawFd) -> io::Result<()> {
     super::set_socket_option(fd, libc::SO_TIMESTAMPNS, 1)
-}
-
-fn realtime_now() -> libc::timespec {
-    let mut now = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: CLOCK_REALTIME always exists; `now` is live.
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut now) };
-    now
-}
-
-fn nanos(at: libc::timespec) -> i128 {
-    at.tv_sec as i128 * 1_000_000_000 + at.tv_nsec as i128
 }
 
 /// Reads what `fd` has, up to `buf.len()` bytes, without waiting
@@ -61,7 +47,7 @@ pub fn recv(fd: RawFd, buf: &mut [u8]) -> io::Result<(usize, Option<Duration>)> 
     if read < 0 {
         return Err(io::Error::last_os_error());
     }
-    let now = realtime_now();
+    let now = SystemTime::now();
     let mut received = None;
     // SAFETY: the control messages are the kernel's, within msg_controllen
     // of `control`; the CMSG macros walk them.
@@ -78,10 +64,11 @@ pub fn recv(fd: RawFd, buf: &mut [u8]) -> io::Result<(usize, Option<Duration>)> 
             header = libc::CMSG_NXTHDR(&message, header);
         }
     }
-    let waited = received
-        .map(|received| nanos(now) - nanos(received))
-        .filter(|waited_ns| *waited_ns >= 0)
-        .map(|waited_ns| Duration::from_nanos(waited_ns as u64));
+    // The kernel's timestamp is the wall clock's (CLOCK_REALTIME).
+    let waited = received.and_then(|at: libc::timespec| {
+        let at = SystemTime::UNIX_EPOCH + Duration::new(at.tv_sec as u64, at.tv_nsec as u32);
+        now.duration_since(at).ok()
+    });
     Ok((read as usize, waited))
 }
 

@@ -1175,14 +1175,7 @@ impl Log {
             // appended nothing in does (Kafka's `truncateTo` too): kept, it
             // is the epoch the follower fetches with, the leader never had
             // it, and each fetch answers a divergence at this same offset.
-            let dropped = self
-                .leader_epoch_cache
-                .borrow_mut()
-                .truncate_from_end(self.log_end_offset());
-            if dropped {
-                self.write_leader_epoch_checkpoint().await?;
-            }
-            return Ok(());
+            return self.truncate_epochs_to_log_end().await;
         }
         self.flush_state.next_generation();
         let offset = offset.max(self.log_start_offset());
@@ -1220,14 +1213,20 @@ impl Log {
             .set(self.recovery_point().min(self.log_end_offset()));
         self.first_dirty_offset
             .set(self.first_dirty_offset().min(self.log_end_offset()));
-        if self
+        self.truncate_epochs_to_log_end().await?;
+        self.rebuild_producer_state().await
+    }
+
+    /// Forgets the epochs that start at or past the log end, on disk too.
+    async fn truncate_epochs_to_log_end(&self) -> Result<(), LogError> {
+        let dropped = self
             .leader_epoch_cache
             .borrow_mut()
-            .truncate_from_end(self.log_end_offset())
-        {
+            .truncate_from_end(self.log_end_offset());
+        if dropped {
             self.write_leader_epoch_checkpoint().await?;
         }
-        self.rebuild_producer_state().await
+        Ok(())
     }
 
     /// Empties the log and starts it again at `offset` (Kafka's
