@@ -1,6 +1,7 @@
 //! The idempotent producer: InitProducerId, a retried batch acknowledged with
 //! its first offset and not written again, OUT_OF_ORDER_SEQUENCE_NUMBER on a
-//! gap, INVALID_PRODUCER_EPOCH when fenced, and producer state across a restart.
+//! gap, INVALID_PRODUCER_EPOCH when fenced, producer state across a restart, and
+//! a producer without state taken at any sequence.
 
 mod common;
 
@@ -107,6 +108,11 @@ fn retries_are_deduplicated_and_gaps_refused_across_a_restart() {
         (0, 5),
         "nothing was written twice"
     );
+    // A producer this partition has no state for is taken at any sequence,
+    // as by Kafka: its batches may be gone (retention, DeleteRecords) while
+    // it goes on. `other` never wrote here.
+    let unknown = produce(&mut client, other.producer_id.0, other.producer_epoch, 7, 1);
+    assert_eq!((unknown.error_code, unknown.base_offset), (0, 6));
 
     // Asking again with the old id gets a fresh id (no transaction coordinator
     // here), and a producer's newer epoch fences its older one.

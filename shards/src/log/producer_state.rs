@@ -1,7 +1,8 @@
 //! Idempotent producers: per partition, each producer's epoch and its last
 //! batches (Kafka keeps five), so a retried batch is recognised and answered
 //! with its original offset instead of being written twice, and a gap in
-//! sequence numbers is refused.
+//! sequence numbers is refused. A producer without state here is taken at any
+//! sequence (Kafka's `ProducerAppendInfo`).
 
 use std::collections::{HashMap, VecDeque};
 
@@ -58,15 +59,11 @@ impl ProducerStateManager {
             return Ok(SequenceCheck::Append);
         }
         let Some(entry) = self.producers.get(&header.producer_id) else {
-            // A producer we have no state for must start at sequence 0.
-            return if header.base_sequence == 0 {
-                Ok(SequenceCheck::Append)
-            } else {
-                Err(LogError::OutOfOrderSequence(format!(
-                    "producer {} is unknown here; its first batch has sequence {}",
-                    header.producer_id, header.base_sequence
-                )))
-            };
+            // No state for this producer: any sequence is taken, as Kafka
+            // does. Its batches may be gone (retention, DeleteRecords, a
+            // replica started again at the leader's log start) while it
+            // goes on producing; refusing would fail its next batch.
+            return Ok(SequenceCheck::Append);
         };
         if header.producer_epoch < entry.epoch {
             return Err(LogError::InvalidProducerEpoch(format!(
@@ -192,11 +189,12 @@ mod tests {
             state.check(&header(7, 0, 10, 1, 201)),
             Err(LogError::InvalidProducerEpoch(_))
         ));
-        // An unknown producer must start at 0; no producer id means no checks.
-        assert!(matches!(
+        // An unknown producer is taken at any sequence, as by Kafka; no
+        // producer id means no checks.
+        assert_eq!(
             state.check(&header(8, 0, 4, 1, 0)),
-            Err(LogError::OutOfOrderSequence(_))
-        ));
+            Ok(SequenceCheck::Append)
+        );
         assert_eq!(
             state.check(&header(-1, -1, -1, 1, 0)),
             Ok(SequenceCheck::Append)
