@@ -58,7 +58,17 @@ pub fn read_all(bootstrap: &str, topic: &str) -> Vec<(i32, String)> {
 
 pub struct Acked(Arc<Mutex<Vec<(i32, i64, String)>>>, Arc<Mutex<Vec<String>>>);
 
-impl rdkafka::ClientContext for Acked {}
+impl rdkafka::ClientContext for Acked {
+    /// librdkafka's log, on stderr with the wall clock in ms (tests' brokers
+    /// log theirs), when `RDKAFKA_DEBUG` turns it on.
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, facility: &str, message: &str) {
+        if std::env::var_os("RDKAFKA_DEBUG").is_none() {
+            return;
+        }
+        let now_ms = shards::log::wall_clock_ms();
+        eprintln!("rdkafka {now_ms} {level:?} {facility} {message}");
+    }
+}
 
 impl rdkafka::producer::ProducerContext for Acked {
     type DeliveryOpaque = ();
@@ -90,12 +100,20 @@ pub fn produce_until(
     std::thread::spawn(move || {
         let acked = Arc::new(Mutex::new(Vec::new()));
         let errors = Arc::new(Mutex::new(Vec::new()));
-        let producer: BaseProducer<Acked> = rdkafka::ClientConfig::new()
+        let mut config = rdkafka::ClientConfig::new();
+        config
             .set("bootstrap.servers", &bootstrap)
             .set("acks", "all")
             .set("enable.idempotence", "true")
             .set("linger.ms", "2")
-            .set("message.timeout.ms", "120000")
+            .set("message.timeout.ms", "120000");
+        // For a failing run: librdkafka's `debug` contexts, e.g. `eos,broker`.
+        if let Ok(contexts) = std::env::var("RDKAFKA_DEBUG") {
+            config
+                .set("debug", contexts)
+                .set_log_level(rdkafka::config::RDKafkaLogLevel::Debug);
+        }
+        let producer: BaseProducer<Acked> = config
             .create_with_context(Acked(acked.clone(), errors.clone()))
             .unwrap();
         let mut next = 0u64;
