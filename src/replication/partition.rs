@@ -21,8 +21,9 @@ use crate::config::ReplicationConfig;
 use crate::protocol::{Records, ResponseError};
 
 /// A fetched range at least this long is sent from the page cache with
-/// sendfile; a shorter one is copied into the response, which then goes out in
-/// one send instead of a send and a sendfile per partition.
+/// sendfile; a shorter one goes in the response from memory (the shard's
+/// recent appends, or a copy from the file), which then goes out in one send
+/// instead of a send and a sendfile per partition.
 const SENDFILE_MIN_BYTES: usize = 64 * 1024;
 
 pub struct Partition {
@@ -360,7 +361,7 @@ impl Partition {
     /// the topic's `min.insync.replicas`.
     pub async fn append_records_to_leader(
         &self,
-        records: impl AsRef<[u8]>,
+        records: impl Into<Bytes>,
         required_acks: i16,
     ) -> Result<LogAppendInfo, AppendError> {
         let leader_epoch = {
@@ -529,7 +530,7 @@ impl Partition {
         let mut result = self.empty_result(isolation);
         match read {
             Ok(FetchDataInfo {
-                records: Some(slice),
+                records: Some(mut slice),
                 ..
             }) => {
                 let file = if slice.size_bytes >= SENDFILE_MIN_BYTES
@@ -542,12 +543,13 @@ impl Partition {
                 } else {
                     None
                 };
-                let records = match file {
-                    Some(file) => Ok(Records::File(file)),
-                    None => slice
+                let records = match (file, slice.recent.take()) {
+                    (Some(file), _) => Ok(Records::File(file)),
+                    (None, Some(parts)) => Ok(Records::Memory(parts)),
+                    (None, None) => slice
                         .read()
                         .await
-                        .map(|bytes| Records::Memory(Bytes::from(bytes))),
+                        .map(|bytes| Records::Memory(vec![Bytes::from(bytes)])),
                 };
                 match records {
                     Ok(records) => result.records = Some(records),

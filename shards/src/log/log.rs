@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use bytes::Bytes;
 use glommio::sync::{Permit, Semaphore};
 use tracing::{info, warn};
 
@@ -544,23 +545,24 @@ impl Log {
     /// Validates, stamps (offsets, leader epoch, LogAppendTime) and appends the
     /// batches a leader received. Nothing of a request with a bad batch is written.
     /// The produced bytes are written as they are, behind a stamped copy of
-    /// the batch header: no copy of the records.
+    /// the batch header: no copy of the records. The shard keeps both for
+    /// fetches at the log's end (`recent_appends`).
     pub async fn append_as_leader(
         &self,
-        records: impl AsRef<[u8]>,
+        records: impl Into<Bytes>,
         leader_epoch: i32,
         now_ms: i64,
     ) -> Result<LogAppendInfo, LogError> {
         self.health.check()?;
         self.check_not_deleted()?;
         let config = self.config();
-        let records = records.as_ref();
-        let produced = validate_for_append(records, &config, now_ms)?;
+        let records: Bytes = records.into();
+        let produced = validate_for_append(&records, &config, now_ms)?;
         assert_eq!(records.len(), produced.size_bytes(), "one whole batch");
         // A topic whose compression.type names a codec stores every batch in it.
-        let recompressed = match config.compression {
+        let records = match config.compression {
             TopicCompression::Codec(target) if produced.compression()? != target => {
-                let (batch, levels) = (records.to_vec(), CompressionLevels::of(&config));
+                let (batch, levels) = (records, CompressionLevels::of(&config));
                 let batch = run_blocking(move || Ok(recompress(&batch, &produced, target, levels)))
                     .await
                     .map_err(LogError::from)??;
@@ -570,11 +572,10 @@ impl Log {
                         max_bytes: config.max_message_bytes,
                     });
                 }
-                Some(batch)
+                Bytes::from(batch)
             }
-            _ => None,
+            _ => records,
         };
-        let records = recompressed.as_deref().unwrap_or(records);
         let _permit = permit(&self.append_lock).await;
         self.check_not_deleted()?;
         if let SequenceCheck::Duplicate { first_offset } =
@@ -593,13 +594,13 @@ impl Log {
             TimestampPolicy::CreateTime => None,
         };
         let first_offset = self.log_end_offset();
-        let (header_bytes, records) = records.split_at(RECORD_BATCH_OVERHEAD);
-        let mut header_bytes: [u8; RECORD_BATCH_OVERHEAD] = header_bytes
+        let mut header_bytes: [u8; RECORD_BATCH_OVERHEAD] = records[..RECORD_BATCH_OVERHEAD]
             .try_into()
             .expect("a validated batch has a header");
+        let records = records.slice(RECORD_BATCH_OVERHEAD..);
         stamp_batch(
             &mut header_bytes,
-            records,
+            &records,
             &AppendStamp {
                 base_offset: first_offset,
                 partition_leader_epoch: leader_epoch,
@@ -611,8 +612,13 @@ impl Log {
             position_in_buffer: 0,
             header,
         };
-        self.append_locked(&[&header_bytes, records], &[batch], now_ms)
+        let segment = self
+            .append_locked(&[&header_bytes, &records], &[batch], now_ms)
             .await?;
+        segment.retain_last_batch(
+            first_offset,
+            [Bytes::copy_from_slice(&header_bytes), records],
+        );
         self.producer_state.borrow_mut().update(&header);
         let epoch_changed = self
             .leader_epoch_cache
@@ -635,13 +641,13 @@ impl Log {
     }
 
     /// Appends batches, given in `parts` written back to back, rolling first
-    /// when they would not fit the active segment.
+    /// when they would not fit the active segment; returns that segment.
     async fn append_locked(
         &self,
         parts: &[&[u8]],
         batches: &[AppendedBatch],
         now_ms: i64,
-    ) -> Result<(), LogError> {
+    ) -> Result<Rc<LogSegment>, LogError> {
         let config = self.config();
         let last = batches.last().expect("at least one batch").header;
         let size_bytes: u64 = parts.iter().map(|part| part.len() as u64).sum();
@@ -668,7 +674,7 @@ impl Log {
         if config.preallocate && active.is_half_way_to_roll(&config, now_ms) {
             self.prepare_next_segment(&active, &config);
         }
-        Ok(())
+        Ok(active)
     }
 
     /// Starts making the next segment's files in the background, once per
