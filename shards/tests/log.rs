@@ -551,47 +551,6 @@ fn a_read_from_any_offset_starts_at_its_batch_near_the_end_or_not() {
     });
 }
 
-/// A read at the log's end is answered from the bytes the leader appended,
-/// the same bytes as the file's; not a read starting before what the segment
-/// keeps, nor after a truncation.
-#[test]
-fn reads_at_the_log_end_come_from_the_recent_appends() {
-    let dir = tempfile::tempdir().unwrap();
-    run(async {
-        let mut config = LogConfig::default();
-        config
-            .set("message.timestamp.type", "LogAppendTime")
-            .unwrap();
-        let log = open_log(dir.path(), config, 0, false).await;
-        for i in 0..40 {
-            log.append_as_leader(batch(i * 10, 10, 100, 1_000), 3, 2_000)
-                .await
-                .unwrap();
-        }
-        for (from, upto) in [(390, 400), (300, 400), (250, 300), (255, 265)] {
-            let slice = log.read(from, 1 << 20, upto, true).await.unwrap();
-            let mut slice = slice.records.unwrap();
-            let recent = slice.recent.take().expect("the last batches are kept");
-            let from_file = slice.read().await.unwrap();
-            assert_eq!(recent.concat(), from_file, "[{from}, {upto})");
-            assert_eq!(from_file.len(), slice.size_bytes);
-        }
-        // Sixteen batches back is as far as a segment keeps them.
-        let early = log.read(230, 1 << 20, 400, true).await.unwrap();
-        assert!(early.records.unwrap().recent.is_none());
-        log.truncate_to(390).await.unwrap();
-        let after = log.read(380, 1 << 20, 390, true).await.unwrap();
-        assert!(after.records.unwrap().recent.is_none());
-        log.append_as_leader(batch(0, 10, 100, 1_000), 4, 3_000)
-            .await
-            .unwrap();
-        let appended = log.read(390, 1 << 20, 400, true).await.unwrap();
-        let mut appended = appended.records.unwrap();
-        let recent = appended.recent.take().unwrap();
-        assert_eq!(recent.concat(), appended.read().await.unwrap());
-    });
-}
-
 #[test]
 fn truncate_to_removes_the_tail_and_later_epochs() {
     let dir = tempfile::tempdir().unwrap();

@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use kafka_protocol::messages::fetch_response::{
     EpochEndOffset, FetchableTopicResponse, PartitionData,
 };
@@ -423,7 +424,7 @@ pub async fn handle(
         records.push(
             result
                 .records
-                .unwrap_or_else(|| Records::Memory(Vec::new())),
+                .unwrap_or_else(|| Records::Memory(Bytes::new())),
         );
         if version >= 4 {
             data = data.with_aborted_transactions(Some(Vec::new()));

@@ -24,9 +24,8 @@ const FIELD_BYTES_PER_PARTITION: usize = 64;
 /// One partition's fetched batches, as stored.
 #[derive(Debug)]
 pub enum Records {
-    /// In memory, in parts: a shard's recent appends (`recent_appends`), or
-    /// copied from the file (small ranges, ranges not in the page cache).
-    Memory(Vec<Bytes>),
+    /// Copied into memory: small ranges, and ranges not in the page cache.
+    Memory(Bytes),
     /// Sent from the page cache by the connection.
     File(FileRecords),
 }
@@ -34,7 +33,7 @@ pub enum Records {
 impl Records {
     pub fn size_bytes(&self) -> usize {
         match self {
-            Records::Memory(parts) => parts.iter().map(Bytes::len).sum(),
+            Records::Memory(bytes) => bytes.len(),
             Records::File(file) => file.size_bytes(),
         }
     }
@@ -231,17 +230,14 @@ impl FrameBuilder {
             unreachable!("a frame starts with its size");
         };
         first[..4].copy_from_slice(&size.to_be_bytes());
-        let mut parts = Vec::with_capacity(self.parts.len());
-        for part in self.parts {
-            match part {
-                Pending::Fields(bytes) => parts.push(FramePart::Bytes(bytes.freeze())),
-                Pending::Records(Records::Memory(records)) => {
-                    parts.extend(records.into_iter().map(FramePart::Bytes))
-                }
-                Pending::Records(Records::File(file)) => parts.push(FramePart::File(file)),
-            }
-        }
-        parts
+        self.parts
+            .into_iter()
+            .map(|part| match part {
+                Pending::Fields(bytes) => FramePart::Bytes(bytes.freeze()),
+                Pending::Records(Records::Memory(bytes)) => FramePart::Bytes(bytes),
+                Pending::Records(Records::File(file)) => FramePart::File(file),
+            })
+            .collect()
     }
 }
 
@@ -340,12 +336,7 @@ mod tests {
                     file.file_records(position, bytes.len()).unwrap(),
                 ));
             } else {
-                // In two parts, as a recent append's stamped header and records.
-                let split = bytes.len().min(61);
-                out.push(Records::Memory(vec![
-                    bytes.slice(..split),
-                    bytes.slice(split..),
-                ]));
+                out.push(Records::Memory(bytes.clone()));
             }
             position += bytes.len() as u64;
             contents.extend_from_slice(&bytes);

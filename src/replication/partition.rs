@@ -21,9 +21,8 @@ use crate::config::ReplicationConfig;
 use crate::protocol::{Records, ResponseError};
 
 /// A fetched range at least this long is sent from the page cache with
-/// sendfile; a shorter one goes in the response from memory (the shard's
-/// recent appends, or a copy from the file), which then goes out in one send
-/// instead of a send and a sendfile per partition.
+/// sendfile; a shorter one is copied into the response, which then goes out in
+/// one send instead of a send and a sendfile per partition.
 const SENDFILE_MIN_BYTES: usize = 64 * 1024;
 
 pub struct Partition {
@@ -361,7 +360,7 @@ impl Partition {
     /// the topic's `min.insync.replicas`.
     pub async fn append_records_to_leader(
         &self,
-        records: impl Into<Bytes>,
+        records: impl AsRef<[u8]>,
         required_acks: i16,
     ) -> Result<LogAppendInfo, AppendError> {
         let leader_epoch = {
@@ -530,7 +529,7 @@ impl Partition {
         let mut result = self.empty_result(isolation);
         match read {
             Ok(FetchDataInfo {
-                records: Some(mut slice),
+                records: Some(slice),
                 ..
             }) => {
                 let file = if slice.size_bytes >= SENDFILE_MIN_BYTES
@@ -543,13 +542,12 @@ impl Partition {
                 } else {
                     None
                 };
-                let records = match (file, slice.recent.take()) {
-                    (Some(file), _) => Ok(Records::File(file)),
-                    (None, Some(parts)) => Ok(Records::Memory(parts)),
-                    (None, None) => slice
+                let records = match file {
+                    Some(file) => Ok(Records::File(file)),
+                    None => slice
                         .read()
                         .await
-                        .map(|bytes| Records::Memory(vec![Bytes::from(bytes)])),
+                        .map(|bytes| Records::Memory(Bytes::from(bytes))),
                 };
                 match records {
                     Ok(records) => result.records = Some(records),

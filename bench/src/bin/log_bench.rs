@@ -76,7 +76,7 @@ struct Case {
 async fn run_case(dir: &Path, batch_bytes: usize, total_bytes: usize) -> Case {
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir).unwrap();
-    let batch = bytes::Bytes::from(batch_of(batch_bytes));
+    let batch = batch_of(batch_bytes);
     let batches = total_bytes / batch.len();
     let written = (batches * batch.len()) as u64;
 
@@ -94,7 +94,7 @@ async fn run_case(dir: &Path, batch_bytes: usize, total_bytes: usize) -> Case {
     let log = open_log(dir).await;
     let start = Instant::now();
     for _ in 0..batches {
-        log.append_as_leader(batch.clone(), 0, 1_700_000_000_000)
+        log.append_as_leader(&batch, 0, 1_700_000_000_000)
             .await
             .unwrap();
     }

@@ -10,7 +10,6 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use bytes::Bytes;
 use glommio::sync::{Permit, Semaphore};
 use tracing::{info, warn};
 
@@ -545,24 +544,23 @@ impl Log {
     /// Validates, stamps (offsets, leader epoch, LogAppendTime) and appends the
     /// batches a leader received. Nothing of a request with a bad batch is written.
     /// The produced bytes are written as they are, behind a stamped copy of
-    /// the batch header: no copy of the records. The shard keeps both for
-    /// fetches at the log's end (`recent_appends`).
+    /// the batch header: no copy of the records.
     pub async fn append_as_leader(
         &self,
-        records: impl Into<Bytes>,
+        records: impl AsRef<[u8]>,
         leader_epoch: i32,
         now_ms: i64,
     ) -> Result<LogAppendInfo, LogError> {
         self.health.check()?;
         self.check_not_deleted()?;
         let config = self.config();
-        let records: Bytes = records.into();
-        let produced = validate_for_append(&records, &config, now_ms)?;
+        let records = records.as_ref();
+        let produced = validate_for_append(records, &config, now_ms)?;
         assert_eq!(records.len(), produced.size_bytes(), "one whole batch");
         // A topic whose compression.type names a codec stores every batch in it.
-        let records = match config.compression {
+        let recompressed = match config.compression {
             TopicCompression::Codec(target) if produced.compression()? != target => {
-                let (batch, levels) = (records, CompressionLevels::of(&config));
+                let (batch, levels) = (records.to_vec(), CompressionLevels::of(&config));
                 let batch = run_blocking(move || Ok(recompress(&batch, &produced, target, levels)))
                     .await
                     .map_err(LogError::from)??;
@@ -572,10 +570,11 @@ impl Log {
                         max_bytes: config.max_message_bytes,
                     });
                 }
-                Bytes::from(batch)
+                Some(batch)
             }
-            _ => records,
+            _ => None,
         };
+        let records = recompressed.as_deref().unwrap_or(records);
         let _permit = permit(&self.append_lock).await;
         self.check_not_deleted()?;
         if let SequenceCheck::Duplicate { first_offset } =
@@ -594,13 +593,13 @@ impl Log {
             TimestampPolicy::CreateTime => None,
         };
         let first_offset = self.log_end_offset();
-        let mut header_bytes: [u8; RECORD_BATCH_OVERHEAD] = records[..RECORD_BATCH_OVERHEAD]
+        let (header_bytes, records) = records.split_at(RECORD_BATCH_OVERHEAD);
+        let mut header_bytes: [u8; RECORD_BATCH_OVERHEAD] = header_bytes
             .try_into()
             .expect("a validated batch has a header");
-        let records = records.slice(RECORD_BATCH_OVERHEAD..);
         stamp_batch(
             &mut header_bytes,
-            &records,
+            records,
             &AppendStamp {
                 base_offset: first_offset,
                 partition_leader_epoch: leader_epoch,
@@ -612,13 +611,8 @@ impl Log {
             position_in_buffer: 0,
             header,
         };
-        let segment = self
-            .append_locked(&[&header_bytes, &records], &[batch], now_ms)
+        self.append_locked(&[&header_bytes, records], &[batch], now_ms)
             .await?;
-        segment.retain_last_batch(
-            first_offset,
-            [Bytes::copy_from_slice(&header_bytes), records],
-        );
         self.producer_state.borrow_mut().update(&header);
         let epoch_changed = self
             .leader_epoch_cache
@@ -641,13 +635,13 @@ impl Log {
     }
 
     /// Appends batches, given in `parts` written back to back, rolling first
-    /// when they would not fit the active segment; returns that segment.
+    /// when they would not fit the active segment.
     async fn append_locked(
         &self,
         parts: &[&[u8]],
         batches: &[AppendedBatch],
         now_ms: i64,
-    ) -> Result<Rc<LogSegment>, LogError> {
+    ) -> Result<(), LogError> {
         let config = self.config();
         let last = batches.last().expect("at least one batch").header;
         let size_bytes: u64 = parts.iter().map(|part| part.len() as u64).sum();
@@ -674,7 +668,7 @@ impl Log {
         if config.preallocate && active.is_half_way_to_roll(&config, now_ms) {
             self.prepare_next_segment(&active, &config);
         }
-        Ok(active)
+        Ok(())
     }
 
     /// Starts making the next segment's files in the background, once per

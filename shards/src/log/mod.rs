@@ -15,7 +15,6 @@ mod log;
 mod log_dirs;
 mod log_manager;
 mod producer_state;
-mod recent_appends;
 pub mod record_batch;
 mod segment;
 

@@ -9,7 +9,6 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use tracing::warn;
 
 use crate::runtime::activity::{self, ActivityKind};
@@ -20,7 +19,6 @@ use super::file_names::{
     INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, PREPARED_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX,
 };
 use super::index::{IndexHandoff, OffsetIndex, OffsetPosition, TimeIndex, TimestampOffset};
-use super::recent_appends::{self, RetainedBatch};
 use super::record_batch::{
     validate_batch, BatchIter, RecordBatchHeader, NO_TIMESTAMP, RECORD_BATCH_OVERHEAD,
 };
@@ -55,9 +53,6 @@ pub struct FileSlice {
     pub file: Rc<SegmentFile>,
     pub position: u64,
     pub size_bytes: usize,
-    /// The same bytes in memory, when every batch of the range is one this
-    /// shard appended lately (`recent_appends`).
-    pub recent: Option<Vec<Bytes>>,
 }
 
 impl FileSlice {
@@ -148,25 +143,18 @@ pub struct LogSegment {
 /// The last batches appended to a segment, with their positions, back to
 /// back up to its end: a fetch at the log's end (every caught-up consumer and
 /// follower) finds its batch here instead of reading headers back from the
-/// file, an io_uring read of up to `HEADER_SCAN_CHUNK_BYTES` a fetch; and,
-/// while the shard keeps them (`recent_appends`), the bytes a leader wrote.
+/// file, an io_uring read of up to `HEADER_SCAN_CHUNK_BYTES` a fetch.
 #[derive(Default)]
-struct RecentBatches(VecDeque<RecentBatch>);
-
-struct RecentBatch {
-    position: u64,
-    header: RecordBatchHeader,
-    bytes: Option<Rc<RetainedBatch>>,
-}
+struct RecentBatches(VecDeque<(u64, RecordBatchHeader)>);
 
 /// Batches `RecentBatches` keeps: a caught-up reader is a few batches behind.
 const RECENT_BATCHES: usize = 16;
 
 impl RecentBatches {
     fn push(&mut self, position: u64, header: RecordBatchHeader) {
-        if let Some(last) = self.0.back() {
+        if let Some((last_position, last)) = self.0.back() {
             assert_eq!(
-                last.position + last.header.size_bytes() as u64,
+                last_position + last.size_bytes() as u64,
                 position,
                 "recent batches lie back to back"
             );
@@ -174,46 +162,20 @@ impl RecentBatches {
         if self.0.len() == RECENT_BATCHES {
             self.0.pop_front();
         }
-        self.0.push_back(RecentBatch {
-            position,
-            header,
-            bytes: None,
-        });
+        self.0.push_back((position, header));
     }
 
     /// The first batch whose last offset is at or past `target`, if `target`
     /// is not below the first recent batch (and not past the segment).
     fn find(&self, target: i64) -> Option<(u64, RecordBatchHeader)> {
-        let first = self.0.front()?;
-        if target < first.header.base_offset {
+        let (_, first) = self.0.front()?;
+        if target < first.base_offset {
             return None;
         }
         self.0
             .iter()
-            .find(|batch| batch.header.last_offset() >= target)
-            .map(|batch| (batch.position, batch.header))
-    }
-
-    /// The bytes of `[start, end)`, a batch boundary each, when every batch
-    /// in it is still kept in memory.
-    fn bytes_of(&self, start: u64, end: u64) -> Option<Vec<Bytes>> {
-        let first = self.0.iter().position(|batch| batch.position == start)?;
-        let mut parts = Vec::new();
-        for batch in self.0.range(first..) {
-            if batch.position == end {
-                return Some(parts);
-            }
-            parts.extend(batch.bytes.as_ref()?.parts()?);
-        }
-        let last = self.0.back()?;
-        (last.position + last.header.size_bytes() as u64 == end).then_some(parts)
-    }
-
-    fn positions_and_headers(&self) -> VecDeque<(u64, RecordBatchHeader)> {
-        self.0
-            .iter()
-            .map(|batch| (batch.position, batch.header))
-            .collect()
+            .find(|(_, header)| header.last_offset() >= target)
+            .copied()
     }
 
     fn clear(&mut self) {
@@ -479,7 +441,7 @@ impl LogSegment {
             created_ms: self.created_ms,
             writeback_started_bytes: self.writeback.started_bytes.get(),
             preallocated_bytes: self.preallocated_bytes.get(),
-            recent_batches: self.recent_batches.borrow().positions_and_headers(),
+            recent_batches: self.recent_batches.borrow().0.clone(),
         })
     }
 
@@ -512,9 +474,7 @@ impl LogSegment {
             .set(handoff.writeback_started_bytes);
         segment.writeback.appended_bytes.set(handoff.size_bytes);
         segment.preallocated_bytes.set(handoff.preallocated_bytes);
-        for (position, header) in handoff.recent_batches {
-            segment.recent_batches.borrow_mut().push(position, header);
-        }
+        segment.recent_batches.borrow_mut().0 = handoff.recent_batches;
         segment
     }
 
@@ -774,17 +734,6 @@ impl LogSegment {
         self.recent_batches.borrow_mut().push(position, *header);
     }
 
-    /// Keeps the bytes of the batch just appended, at `base_offset`, for
-    /// fetches at the log's end while the shard's bound lets it: `parts`
-    /// exactly as written.
-    pub fn retain_last_batch(&self, base_offset: i64, parts: [Bytes; 2]) {
-        let mut recent = self.recent_batches.borrow_mut();
-        let last = recent.0.back_mut().expect("a batch was just appended");
-        assert_eq!(last.header.base_offset, base_offset);
-        assert_eq!(parts[0].len() + parts[1].len(), last.header.size_bytes());
-        last.bytes = Some(recent_appends::retain(parts));
-    }
-
     /// Brings both index files up to date with the in-memory entries.
     pub fn write_pending_index_entries(&self) -> io::Result<()> {
         let started = Instant::now();
@@ -926,7 +875,6 @@ impl LogSegment {
             file: self.log.clone(),
             position: start,
             size_bytes: (end - start) as usize,
-            recent: self.recent_batches.borrow().bytes_of(start, end),
         }))
     }
 
