@@ -56,13 +56,18 @@ pub fn read_all(bootstrap: &str, topic: &str) -> Vec<(i32, String)> {
     .collect()
 }
 
-pub struct Acked(Arc<Mutex<Vec<(i32, i64, String)>>>, Arc<Mutex<Vec<String>>>);
+pub struct Acked {
+    acked: Arc<Mutex<Vec<(i32, i64, String)>>>,
+    errors: Arc<Mutex<Vec<String>>>,
+    /// `RDKAFKA_DEBUG` is set: librdkafka's log goes to stderr.
+    log: bool,
+}
 
 impl rdkafka::ClientContext for Acked {
     /// librdkafka's log, on stderr with the wall clock in ms (tests' brokers
     /// log theirs), when `RDKAFKA_DEBUG` turns it on.
     fn log(&self, level: rdkafka::config::RDKafkaLogLevel, facility: &str, message: &str) {
-        if std::env::var_os("RDKAFKA_DEBUG").is_none() {
+        if !self.log {
             return;
         }
         let now_ms = shards::log::wall_clock_ms();
@@ -77,21 +82,22 @@ impl rdkafka::producer::ProducerContext for Acked {
         match result {
             Ok(message) => {
                 let value = String::from_utf8(message.payload().unwrap().to_vec()).unwrap();
-                self.0
+                self.acked
                     .lock()
                     .unwrap()
                     .push((message.partition(), message.offset(), value));
             }
-            Err((error, _)) => self.1.lock().unwrap().push(error.to_string()),
+            Err((error, _)) => self.errors.lock().unwrap().push(error.to_string()),
         }
     }
 }
 
+/// The acknowledged records (partition, offset, value) and the delivery errors.
+pub type AckedRecords = (Vec<(i32, i64, String)>, Vec<String>);
+
 /// rdkafka, acks=all and idempotent, writing numbered records without pause
 /// until `producing` is cleared; returns the acknowledged records and the
 /// delivery errors.
-pub type AckedRecords = (Vec<(i32, i64, String)>, Vec<String>);
-
 pub fn produce_until(
     bootstrap: String,
     topic: &'static str,
@@ -108,13 +114,18 @@ pub fn produce_until(
             .set("linger.ms", "2")
             .set("message.timeout.ms", "120000");
         // For a failing run: librdkafka's `debug` contexts, e.g. `eos,broker`.
-        if let Ok(contexts) = std::env::var("RDKAFKA_DEBUG") {
+        let debug = std::env::var("RDKAFKA_DEBUG").ok();
+        if let Some(contexts) = &debug {
             config
                 .set("debug", contexts)
                 .set_log_level(rdkafka::config::RDKafkaLogLevel::Debug);
         }
         let producer: BaseProducer<Acked> = config
-            .create_with_context(Acked(acked.clone(), errors.clone()))
+            .create_with_context(Acked {
+                acked: acked.clone(),
+                errors: errors.clone(),
+                log: debug.is_some(),
+            })
             .unwrap();
         let mut next = 0u64;
         while producing.load(Ordering::Acquire) {
