@@ -388,6 +388,27 @@ impl std::iter::Sum for CpuSeconds {
     }
 }
 
+/// CPU time of the bench's own process and of the children it has waited
+/// for: the clients of a run, as the librdkafka ones run in this process (with
+/// the bench's sampler, a scrape a second) and the Java ones are children.
+pub fn clients_cpu_seconds() -> CpuSeconds {
+    let usage = |who: libc::c_int| {
+        // SAFETY: a zeroed rusage is a valid value, and getrusage writes
+        // only the struct it is given.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        let result = unsafe { libc::getrusage(who, &mut usage) };
+        assert_eq!(result, 0, "getrusage: {}", std::io::Error::last_os_error());
+        let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+        CpuSeconds {
+            total: seconds(usage.ru_utime) + seconds(usage.ru_stime),
+            kernel: seconds(usage.ru_stime),
+        }
+    };
+    [usage(libc::RUSAGE_SELF), usage(libc::RUSAGE_CHILDREN)]
+        .into_iter()
+        .sum()
+}
+
 /// CPU time a process has used (`utime` and `stime` of /proc/PID/stat).
 pub fn cpu_seconds(pid: u32) -> CpuSeconds {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
@@ -448,5 +469,25 @@ impl RssSampler {
     pub fn peak_bytes(mut self) -> u64 {
         self.stop.store(true, std::sync::atomic::Ordering::Release);
         self.thread.take().map_or(0, |t| t.join().unwrap_or(0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_waited_for_child_counts_among_the_clients() {
+        let before = clients_cpu_seconds();
+        // A child that does nothing but count: its CPU is the clients' once
+        // it has been waited for, as a Java client's is.
+        let status = Command::new("sh")
+            .args(["-c", "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done"])
+            .status()
+            .expect("run sh");
+        assert!(status.success());
+        let child = clients_cpu_seconds() - before;
+        assert!(child.total >= 0.05, "the child's CPU is counted: {child:?}");
+        assert!(child.kernel <= child.total);
     }
 }

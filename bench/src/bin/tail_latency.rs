@@ -231,6 +231,9 @@ struct Run {
     requests_per_mib: Option<(f64, f64)>,
     seconds: f64,
     broker_cpu_per_gib: CpuSeconds,
+    /// The clients' CPU over the run, in cores: on two cores shared with
+    /// the broker, clients near their share place a tail in the client.
+    clients_cores: f64,
     /// ringbroker's own: Produce phases over the run, per second, slowest.
     broker: Option<BrokerSide>,
 }
@@ -260,12 +263,18 @@ const PARTITIONS: i32 = 6;
 /// the broker.
 const PRODUCER_PERFORMANCE_WARMUP_SECONDS: f64 = 5.0;
 
+/// CPU used while a run's clients ran: the brokers' and the clients'.
+struct RunCpu {
+    brokers: CpuSeconds,
+    clients: CpuSeconds,
+}
+
 /// Runs `work` with the broker's clocks around it: scrapes before and
 /// after, a sampler each second, the slowest requests afterwards.
 fn with_broker_clocks<T>(
     deployment: &Deployment,
     work: impl FnOnce() -> T,
-) -> (T, CpuSeconds, Option<BrokerSide>) {
+) -> (T, RunCpu, Option<BrokerSide>) {
     let metrics = deployment.metrics_addresses();
     let clocked = !metrics.is_empty();
     let since_ms = broker_clocks::wall_clock_ms();
@@ -276,9 +285,12 @@ fn with_broker_clocks<T>(
         )
     });
     let sampler = Sampler::start(metrics.clone());
-    let cpu = deployment.cpu_seconds();
+    let (brokers_cpu, clients_cpu) = (deployment.cpu_seconds(), brokers::clients_cpu_seconds());
     let outcome = work();
-    let cpu = deployment.cpu_seconds() - cpu;
+    let cpu = RunCpu {
+        brokers: deployment.cpu_seconds() - brokers_cpu,
+        clients: brokers::clients_cpu_seconds() - clients_cpu,
+    };
     let seconds = sampler.finish();
     let broker = before.map(|(produce, fetch)| BrokerSide {
         phases: broker_clocks::scrape(&metrics, "Produce").since(&produce),
@@ -383,7 +395,8 @@ fn fixed_rate_run(
         client_seconds,
         requests_per_mib,
         seconds: elapsed.as_secs_f64(),
-        broker_cpu_per_gib: cpu / (produced_bytes / GIB),
+        broker_cpu_per_gib: cpu.brokers / (produced_bytes / GIB),
+        clients_cores: cpu.clients.total / elapsed.as_secs_f64(),
         broker,
     }
 }
@@ -435,7 +448,8 @@ fn end_to_end_run(
         client_seconds: Vec::new(),
         requests_per_mib: None,
         seconds: e2e.elapsed.as_secs_f64(),
-        broker_cpu_per_gib: cpu / ((e2e.records * VALUE_BYTES as u64) as f64 / GIB),
+        broker_cpu_per_gib: cpu.brokers / ((e2e.records * VALUE_BYTES as u64) as f64 / GIB),
+        clients_cores: cpu.clients.total / e2e.elapsed.as_secs_f64(),
         broker,
     }
 }
@@ -585,8 +599,8 @@ fn tables(runs: &[Run]) -> String {
         }
     }
     out.push_str(
-        "\nringbroker's own clocks over the same runs: Produce requests' TotalTimeMs and its phases (ms; every broker of the run added up; a bucket bound, at most 12.5% above), the wait of a request's first bytes in the socket before the broker read them (SocketWaitTimeMs, not in TotalTime, as in Kafka; a lower bound), the shards' run-queue wait, and CPU against Kafka's (CPU-seconds per GiB of values, and of those the seconds spent in the kernel: system time).\n\n\
-         | run | requests | total p50 | p99 | p99.9 | p99.99 | max | local p99.9 | remote p99.9 | response queue p99.9 | mesh wait p99.9 | append p99.9 | acks wait p99.9 | socket wait p99.9 | run-queue wait ms/s | ringbroker CPU-s/GiB | in the kernel | Kafka CPU-s/GiB | in the kernel | ratio |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "\nringbroker's own clocks over the same runs: Produce requests' TotalTimeMs and its phases (ms; every broker of the run added up; a bucket bound, at most 12.5% above), the wait of a request's first bytes in the socket before the broker read them (SocketWaitTimeMs, not in TotalTime, as in Kafka; a lower bound), the shards' run-queue wait, and CPU against Kafka's (CPU-seconds per GiB of values, and of those the seconds spent in the kernel: system time); last, the clients' CPU in the same run with each broker, in cores (the bench's process, where the librdkafka clients run, and its Java children).\n\n\
+         | run | requests | total p50 | p99 | p99.9 | p99.99 | max | local p99.9 | remote p99.9 | response queue p99.9 | mesh wait p99.9 | append p99.9 | acks wait p99.9 | socket wait p99.9 | run-queue wait ms/s | ringbroker CPU-s/GiB | in the kernel | Kafka CPU-s/GiB | in the kernel | ratio | clients' cores, ringbroker | Kafka |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for run in ours {
         let Some(broker) = &run.broker else { continue };
@@ -605,8 +619,9 @@ fn tables(runs: &[Run]) -> String {
             },
             |k| k.broker_cpu_per_gib,
         );
+        let kafka_clients_cores = theirs(run).map_or(f64::NAN, |k| k.clients_cores);
         out.push_str(&format!(
-            "| {} | {total} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {}x |\n",
+            "| {} | {total} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {}x | {} | {} |\n",
             run_label(run),
             format_value(phase("total", 0.5)),
             format_value(phase("total", 0.99)),
@@ -626,6 +641,8 @@ fn tables(runs: &[Run]) -> String {
             format_value(kafka_cpu.total),
             format_value(kafka_cpu.kernel),
             format_value(run.broker_cpu_per_gib.total / kafka_cpu.total),
+            format_value(run.clients_cores),
+            format_value(kafka_clients_cores),
         ));
     }
     out
