@@ -7,7 +7,7 @@ use std::fs::{self, OpenOptions};
 use std::path::Path;
 
 use common::*;
-use shards::log::{LogConfig, LogDirs, LogManager, LogManagerConfig, TopicPartition};
+use shards::log::{LogConfig, LogManager, LogManagerConfig, TopicPartition};
 
 fn config() -> LogConfig {
     let mut config = LogConfig::default();
@@ -189,7 +189,7 @@ fn a_clean_shutdown_leaves_checkpoints_and_a_marker() {
     let dir = tempfile::tempdir().unwrap();
     let dirs = vec![dir.path().to_owned()];
     let tp = TopicPartition::new("events", 3);
-    let log_dirs = LogDirs::open(&dirs).unwrap();
+    let log_dirs = open_log_dirs(&dirs);
     assert!(!log_dirs.dirs()[0].had_clean_shutdown);
     run({
         let log_dirs = log_dirs.clone();
@@ -217,7 +217,7 @@ fn a_clean_shutdown_leaves_checkpoints_and_a_marker() {
     assert_eq!(text, "0\n1\nevents 3 40\n");
 
     drop(log_dirs); // releases the directory's lock
-    let reopened = LogDirs::open(&dirs).unwrap();
+    let reopened = open_log_dirs(&dirs);
     assert!(reopened.dirs()[0].had_clean_shutdown);
     assert!(
         !dir.path().join(".kafka_cleanshutdown").exists(),
@@ -244,7 +244,7 @@ fn the_log_start_offset_survives_a_restart() {
     let dirs = vec![dir.path().to_owned()];
     let tp = TopicPartition::new("purged", 0);
     let open_and = |body: fn(std::rc::Rc<shards::log::Log>) -> _| {
-        let log_dirs = LogDirs::open(&dirs).unwrap();
+        let log_dirs = open_log_dirs(&dirs);
         let tp = tp.clone();
         run(async move {
             let manager = LogManager::new(0, log_dirs.clone(), LogManagerConfig::default());
@@ -301,7 +301,7 @@ fn a_failing_log_dir_goes_offline_and_the_others_keep_serving() {
     }
     let _unmount = Unmount(small.clone());
 
-    let log_dirs = LogDirs::open(&[small.clone(), big.clone()]).unwrap();
+    let log_dirs = open_log_dirs(&[small.clone(), big.clone()]);
     run(async move {
         let manager = LogManager::new(0, log_dirs.clone(), LogManagerConfig::default());
         let on_small = manager
@@ -439,7 +439,7 @@ fn a_directory_of_an_earlier_topic_with_the_same_name_is_not_served() {
     let dirs = vec![dir.path().to_owned()];
     let tp = TopicPartition::new("reused", 0);
     {
-        let log_dirs = LogDirs::open(&dirs).unwrap();
+        let log_dirs = open_log_dirs(&dirs);
         let tp = tp.clone();
         run(async move {
             let manager = LogManager::new(0, log_dirs, LogManagerConfig::default());
@@ -455,7 +455,7 @@ fn a_directory_of_an_earlier_topic_with_the_same_name_is_not_served() {
     }
     let text = fs::read_to_string(dir.path().join("reused-0/partition.metadata")).unwrap();
     assert_eq!(text, "version: 0\ntopic_id: first-id\n");
-    let log_dirs = LogDirs::open(&dirs).unwrap();
+    let log_dirs = open_log_dirs(&dirs);
     run(async move {
         let manager = LogManager::new(0, log_dirs, LogManagerConfig::default());
         // Same topic: the data is there.
@@ -487,7 +487,7 @@ const LEADER_LIFETIME: std::time::Duration = std::time::Duration::from_secs(60);
 /// begins a third epoch, says so in `ready`, and runs its periodic
 /// checkpoints until killed, or for `LEADER_LIFETIME` at most.
 fn lead_until_killed(dir: &Path) -> ! {
-    let log_dirs = LogDirs::open(&[dir.to_owned()]).unwrap();
+    let log_dirs = open_log_dirs(&[dir.to_owned()]);
     run(async move {
         let manager = LogManager::new(
             0,
@@ -559,7 +559,7 @@ fn the_high_watermark_checkpoint_and_epochs_survive_a_kill() {
     let epochs = fs::read_to_string(dir.path().join("led-0/leader-epoch-checkpoint")).unwrap();
     assert_eq!(epochs, "0\n3\n0 0\n2 20\n4 50\n");
 
-    let reopened = LogDirs::open(&[dir.path().to_owned()]).unwrap();
+    let reopened = open_log_dirs(&[dir.path().to_owned()]);
     assert!(!reopened.dirs()[0].had_clean_shutdown);
     let tp = TopicPartition::new("led", 0);
     let (_, checkpoint) = reopened.find(&tp).unwrap();

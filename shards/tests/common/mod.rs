@@ -1,14 +1,38 @@
 //! Helpers shared by the log's integration tests.
 #![allow(dead_code)]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use shards::log::record_batch::{BatchIter, RecordBatchBuilder, RecordIter, RECORD_BATCH_OVERHEAD};
-use shards::log::{Log, LogConfig, LogDirHealth, LogOpenParams, TopicPartition};
+use shards::log::{
+    Log, LogConfig, LogDirHealth, LogDirs, LogDirsError, LogOpenParams, TopicPartition,
+};
 
 pub fn run<T>(future: impl std::future::Future<Output = T>) -> T {
     shards::runtime::local_executor().run(future)
+}
+
+/// How long `open_log_dirs` waits for a lock this process let go.
+const LOCK_RELEASE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// `LogDirs::open` of directories this process may have just let go. A child
+/// that another test of the same binary is spawning holds a copy of every
+/// descriptor, the lock's among them, from its fork to its exec; until then
+/// the lock outlives the `LogDirs` that took it. Another process's lock is
+/// still refused, after `LOCK_RELEASE_TIMEOUT`.
+pub fn open_log_dirs(dirs: &[PathBuf]) -> Arc<LogDirs> {
+    let deadline = Instant::now() + LOCK_RELEASE_TIMEOUT;
+    loop {
+        match LogDirs::open(dirs) {
+            Err(LogDirsError::Locked(_)) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            opened => return opened.unwrap(),
+        }
+    }
 }
 
 /// One uncompressed batch of `count` records keyed `key-<first+i>`, values of
