@@ -392,25 +392,17 @@ impl std::iter::Sum for CpuSeconds {
 /// for: the clients of a run, as the librdkafka ones run in this process (with
 /// the bench's sampler, a scrape a second) and the Java ones are children.
 pub fn clients_cpu_seconds() -> CpuSeconds {
-    let usage = |who: libc::c_int| {
-        // SAFETY: a zeroed rusage is a valid value, and getrusage writes
-        // only the struct it is given.
-        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-        let result = unsafe { libc::getrusage(who, &mut usage) };
-        assert_eq!(result, 0, "getrusage: {}", std::io::Error::last_os_error());
-        let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-        CpuSeconds {
-            total: seconds(usage.ru_utime) + seconds(usage.ru_stime),
-            kernel: seconds(usage.ru_stime),
-        }
-    };
-    [usage(libc::RUSAGE_SELF), usage(libc::RUSAGE_CHILDREN)]
-        .into_iter()
-        .sum()
+    stat_cpu_seconds(std::process::id(), true)
 }
 
 /// CPU time a process has used (`utime` and `stime` of /proc/PID/stat).
 pub fn cpu_seconds(pid: u32) -> CpuSeconds {
+    stat_cpu_seconds(pid, false)
+}
+
+/// /proc/PID/stat's CPU time, with its waited-for children's (`cutime`,
+/// `cstime`) when `with_children`.
+fn stat_cpu_seconds(pid: u32, with_children: bool) -> CpuSeconds {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return CpuSeconds::default();
     };
@@ -419,7 +411,11 @@ pub fn cpu_seconds(pid: u32) -> CpuSeconds {
     let fields: Vec<&str> = rest.split_whitespace().collect();
     let ticks =
         |field: usize| -> u64 { fields.get(field).and_then(|f| f.parse().ok()).unwrap_or(0) };
-    let (user_ticks, system_ticks) = (ticks(11), ticks(12));
+    let (mut user_ticks, mut system_ticks) = (ticks(11), ticks(12));
+    if with_children {
+        user_ticks += ticks(13);
+        system_ticks += ticks(14);
+    }
     // SAFETY: sysconf has no preconditions.
     let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
     CpuSeconds {
