@@ -2,8 +2,8 @@
 //! endpoint's request-phase histograms (scraped before and after a run and
 //! subtracted bucket by bucket), once a second during the run for a
 //! timeline, and its `/slow_requests` listing afterwards. Beside them the
-//! kernel's view: dirty and writeback memory, and the shards' time waiting
-//! for a CPU.
+//! kernel's view: dirty and writeback memory, the machine's free memory and
+//! its CPUs' time in the kernel, and the shards' time waiting for a CPU.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -179,18 +179,41 @@ pub fn scrape(metrics_addresses: &[String], request: &str) -> Scrape {
     total
 }
 
-/// The kernel's dirty and writeback memory (MiB).
-pub fn dirty_and_writeback_mib() -> (f64, f64) {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    let field = |name: &str| {
-        meminfo
+/// What the kernel says of the whole machine at one moment.
+struct KernelReading {
+    dirty_mib: f64,
+    writeback_mib: f64,
+    free_mib: f64,
+    /// All CPUs' time in the kernel since boot (/proc/stat's `system`).
+    system_ms: f64,
+}
+
+impl KernelReading {
+    fn now() -> Self {
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+        let field = |name: &str| {
+            meminfo
+                .lines()
+                .find(|l| l.starts_with(name))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kib| kib.parse::<f64>().ok())
+                .map_or(0.0, |kib| kib / 1024.0)
+        };
+        let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+        // "cpu  user nice system ...", in clock ticks.
+        let system_ticks = stat
             .lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|kib| kib.parse::<f64>().ok())
-            .map_or(0.0, |kib| kib / 1024.0)
-    };
-    (field("Dirty:"), field("Writeback:"))
+            .next()
+            .and_then(|l| l.split_whitespace().nth(3))
+            .and_then(|ticks| ticks.parse::<f64>().ok())
+            .unwrap_or(0.0);
+        KernelReading {
+            dirty_mib: field("Dirty:"),
+            writeback_mib: field("Writeback:"),
+            free_mib: field("MemFree:"),
+            system_ms: system_ticks * 1000.0 / crate::brokers::clock_ticks_per_second(),
+        }
+    }
 }
 
 /// One second of a run as the broker and the kernel saw it.
@@ -205,6 +228,13 @@ pub struct Second {
     pub runqueue_wait_ms: f64,
     pub dirty_mib: f64,
     pub writeback_mib: f64,
+    /// The machine's free memory taken in this second (negative: given
+    /// back). While a memory cgroup fills, its page cache takes free memory;
+    /// once full, it reclaims its own instead, at a cost in the kernel.
+    pub free_taken_mib: f64,
+    /// All CPUs' time in the kernel in this second (ms), everything on the
+    /// machine: reclaim in any writer shows here.
+    pub machine_system_ms: f64,
 }
 
 /// Samples the brokers' endpoints (if any) and the kernel once a second
@@ -223,6 +253,7 @@ impl Sampler {
         let thread = std::thread::spawn(move || {
             let started = Instant::now();
             let mut previous = scrape(&metrics_addresses, "Produce");
+            let mut previous_kernel = KernelReading::now();
             let mut next = started + Duration::from_secs(1);
             while !stopped.load(Ordering::Acquire) {
                 std::thread::sleep(next.saturating_duration_since(Instant::now()));
@@ -230,17 +261,20 @@ impl Sampler {
                 let now = scrape(&metrics_addresses, "Produce");
                 let second = now.since(&previous);
                 let total = second.phases.get("total").cloned().unwrap_or_default();
-                let (dirty_mib, writeback_mib) = dirty_and_writeback_mib();
+                let kernel = KernelReading::now();
                 sampled.lock().unwrap().push(Second {
                     at_s: started.elapsed().as_secs_f64(),
                     wall_ms: wall_clock_ms(),
                     broker_p99_ms: total.quantile_ms(0.99),
                     broker_max_ms: total.quantile_ms(1.0),
                     runqueue_wait_ms: second.runqueue_wait_s * 1000.0,
-                    dirty_mib,
-                    writeback_mib,
+                    dirty_mib: kernel.dirty_mib,
+                    writeback_mib: kernel.writeback_mib,
+                    free_taken_mib: previous_kernel.free_mib - kernel.free_mib,
+                    machine_system_ms: kernel.system_ms - previous_kernel.system_ms,
                 });
                 previous = now;
+                previous_kernel = kernel;
             }
         });
         Self {
@@ -369,5 +403,18 @@ ringbroker_shard_runqueue_wait_seconds_total{shard=\"1\"} 0.25
         assert_eq!(total.quantile_ms(0.5), 2.047);
         assert_eq!(total.quantile_ms(1.0), 10.239);
         assert_eq!(run.runqueue_wait_s, 1.0);
+    }
+
+    #[test]
+    fn reads_the_machines_free_memory_and_kernel_time() {
+        let before = KernelReading::now();
+        // 300 ms of system calls: tens of clock ticks in the kernel.
+        let until = Instant::now() + Duration::from_millis(300);
+        while Instant::now() < until {
+            let _ = std::fs::metadata("/proc/self/stat");
+        }
+        let after = KernelReading::now();
+        assert!(after.free_mib > 0.0);
+        assert!(after.system_ms > before.system_ms);
     }
 }

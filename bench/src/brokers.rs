@@ -416,12 +416,17 @@ fn stat_cpu_seconds(pid: u32, with_children: bool) -> CpuSeconds {
         user_ticks += ticks(13);
         system_ticks += ticks(14);
     }
-    // SAFETY: sysconf has no preconditions.
-    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    let per_second = clock_ticks_per_second();
     CpuSeconds {
         total: (user_ticks + system_ticks) as f64 / per_second,
         kernel: system_ticks as f64 / per_second,
     }
+}
+
+/// The unit of /proc's CPU times.
+pub fn clock_ticks_per_second() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64
 }
 
 /// Resident memory of a process, in bytes.

@@ -612,14 +612,15 @@ fn tables(runs: &[Run]) -> String {
                 .map_or(f64::NAN, |b| b.quantile_ms(q))
         };
         let total = broker.phases.phases.get("total").map_or(0, |b| b.count());
-        let kafka_cpu = theirs(run).map_or(
+        let kafka = theirs(run);
+        let kafka_cpu = kafka.map_or(
             CpuSeconds {
                 total: f64::NAN,
                 kernel: f64::NAN,
             },
             |k| k.broker_cpu_per_gib,
         );
-        let kafka_clients_cores = theirs(run).map_or(f64::NAN, |k| k.clients_cores);
+        let kafka_clients_cores = kafka.map_or(f64::NAN, |k| k.clients_cores);
         out.push_str(&format!(
             "| {} | {total} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {}x | {} | {} |\n",
             run_label(run),
@@ -718,7 +719,8 @@ fn client_clocks(runs: &[Run]) -> String {
 }
 
 /// Each ringbroker run's slowest Produce requests, with the kernel's
-/// dirty/writeback memory and the shards' run-queue wait in that second.
+/// dirty/writeback memory, the machine's free memory taken and time in the
+/// kernel, and the shards' run-queue wait in that second.
 fn slowest(runs: &[Run]) -> String {
     let mut out = String::new();
     for run in runs.iter().filter(|r| r.kind == BrokerKind::Ringbroker) {
@@ -732,8 +734,8 @@ fn slowest(runs: &[Run]) -> String {
                 .and_then(|at| broker.seconds.iter().find(|s| s.at_s >= at));
             let kernel = second.map_or(String::new(), |s| {
                 format!(
-                    "; that second: dirty {:.0} MiB, writeback {:.0} MiB, shards waited {:.1} ms for a CPU",
-                    s.dirty_mib, s.writeback_mib, s.runqueue_wait_ms
+                    "; that second: dirty {:.0} MiB, writeback {:.0} MiB, free memory taken {:.0} MiB, the machine's CPUs {:.0} ms in the kernel, shards waited {:.1} ms for a CPU",
+                    s.dirty_mib, s.writeback_mib, s.free_taken_mib, s.machine_system_ms, s.runqueue_wait_ms
                 )
             });
             out.push_str(&format!("- {line}{kernel}\n"));
