@@ -229,11 +229,12 @@ pub struct Second {
     pub dirty_mib: f64,
     pub writeback_mib: f64,
     /// The machine's free memory taken in this second (negative: given
-    /// back). While a memory cgroup fills, its page cache takes free memory;
-    /// once full, it reclaims its own instead, at a cost in the kernel.
+    /// back). While a memory cgroup fills, its page cache takes free memory,
+    /// which on a VM that reports free memory to its host must be backed
+    /// again; once full, it recycles its own pages instead.
     pub free_taken_mib: f64,
     /// All CPUs' time in the kernel in this second (ms), everything on the
-    /// machine: reclaim in any writer shows here.
+    /// machine: page-cache allocation and reclaim in any writer show here.
     pub machine_system_ms: f64,
 }
 
