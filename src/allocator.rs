@@ -1,13 +1,24 @@
-//! The broker's global allocator: the system allocator, except that very large
-//! blocks are reserved lazily (mmap with MAP_NORESERVE).
+//! The broker's global allocator: mimalloc, except that very large blocks are
+//! reserved lazily (mmap with MAP_NORESERVE).
 //!
-//! Why: the protocol decoder reserves what a request's array lengths claim
-//! before reading the elements, so a 20-byte request claiming two billion
+//! Why mimalloc: a request allocates some forty blocks, and its frame is tens
+//! of KiB, which in glibc's malloc consolidates its fast bins on every
+//! request. At 10% acks=all with librdkafka, mimalloc took the broker's user
+//! time from 2.87 to 2.60 CPU-s/GiB (medians of six and four runs). Built
+//! without transparent huge pages (`no_thp`): with them, its arenas took the
+//! idle broker's resident memory from 16 to 36 MiB, and a huge page's fault or
+//! compaction is a latency spike.
+//!
+//! Why lazily: the protocol decoder reserves what a request's array lengths
+//! claim before reading the elements, so a 20-byte request claiming two billion
 //! elements asks for hundreds of gigabytes. Refused, that is a process abort,
 //! not an error. Reserved lazily, nothing is touched: decoding fails when the
 //! frame runs out, the block is unmapped, and only that connection closes.
 
-use std::alloc::{GlobalAlloc, Layout, System};
+use std::alloc::{GlobalAlloc, Layout};
+use std::ffi::c_void;
+
+use libmimalloc_sys as mi;
 
 /// Blocks at least this large are mapped lazily.
 const LAZY_BYTES: usize = 64 * 1024 * 1024;
@@ -38,14 +49,14 @@ unsafe fn map(size: usize) -> *mut u8 {
     }
 }
 
-// SAFETY: every block comes from exactly one of mmap or System, decided by its
-// layout, and is returned to the same one.
+// SAFETY: every block comes from exactly one of mmap or mimalloc, decided by
+// its layout, and is returned to the same one.
 unsafe impl GlobalAlloc for Allocator {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         if is_lazy(layout) {
             unsafe { map(layout.size()) }
         } else {
-            unsafe { System.alloc(layout) }
+            unsafe { mi::mi_malloc_aligned(layout.size(), layout.align()).cast() }
         }
     }
 
@@ -54,7 +65,7 @@ unsafe impl GlobalAlloc for Allocator {
             // Anonymous mappings are zeroed.
             unsafe { map(layout.size()) }
         } else {
-            unsafe { System.alloc_zeroed(layout) }
+            unsafe { mi::mi_zalloc_aligned(layout.size(), layout.align()).cast() }
         }
     }
 
@@ -62,14 +73,14 @@ unsafe impl GlobalAlloc for Allocator {
         if is_lazy(layout) {
             unsafe { libc::munmap(ptr.cast(), layout.size()) };
         } else {
-            unsafe { System.dealloc(ptr, layout) }
+            unsafe { mi::mi_free(ptr.cast::<c_void>()) }
         }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         let new_layout = unsafe { Layout::from_size_align_unchecked(new_size, layout.align()) };
         if !is_lazy(layout) && !is_lazy(new_layout) {
-            return unsafe { System.realloc(ptr, layout, new_size) };
+            return unsafe { mi::mi_realloc_aligned(ptr.cast(), new_size, layout.align()).cast() };
         }
         let new_ptr = unsafe { self.alloc(new_layout) };
         if !new_ptr.is_null() {
