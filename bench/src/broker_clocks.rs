@@ -37,21 +37,22 @@ pub fn wall_clock_ms() -> i64 {
         .as_millis() as i64
 }
 
-fn http_get(address: &str, path: &str) -> String {
-    let mut stream = TcpStream::connect(address).expect("connect to the metrics endpoint");
-    stream.set_read_timeout(Some(IO_TIMEOUT)).expect("timeout");
+/// A GET of the broker's metrics endpoint; an error if it does not answer
+/// within `IO_TIMEOUT` (its shard 0 held) or closes without an answer.
+fn http_get(address: &str, path: &str) -> std::io::Result<String> {
+    let mut stream = TcpStream::connect(address)?;
+    stream.set_read_timeout(Some(IO_TIMEOUT))?;
     write!(
         stream,
         "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
-    )
-    .expect("send the request");
+    )?;
     let mut response = String::new();
-    stream
-        .read_to_string(&mut response)
-        .expect("read the response");
-    let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
+    stream.read_to_string(&mut response)?;
+    let Some((head, body)) = response.split_once("\r\n\r\n") else {
+        return Err(std::io::Error::other(format!("{path}: no HTTP response")));
+    };
     assert!(head.starts_with("HTTP/1.1 200"), "{path}: {head}");
-    body.to_owned()
+    Ok(body.to_owned())
 }
 
 /// One histogram as scraped: requests per bucket, by bucket bound in us
@@ -171,12 +172,12 @@ pub fn parse(exposition: &str, request: &str) -> Scrape {
 }
 
 /// Every broker's scrape, added up.
-pub fn scrape(metrics_addresses: &[String], request: &str) -> Scrape {
+pub fn scrape(metrics_addresses: &[String], request: &str) -> std::io::Result<Scrape> {
     let mut total = Scrape::default();
     for address in metrics_addresses {
-        total.add(&parse(&http_get(address, "/metrics"), request));
+        total.add(&parse(&http_get(address, "/metrics")?, request));
     }
-    total
+    Ok(total)
 }
 
 /// What the kernel says of the whole machine at one moment.
@@ -253,13 +254,20 @@ impl Sampler {
         let (stopped, sampled) = (stop.clone(), seconds.clone());
         let thread = std::thread::spawn(move || {
             let started = Instant::now();
-            let mut previous = scrape(&metrics_addresses, "Produce");
+            let mut previous =
+                scrape(&metrics_addresses, "Produce").expect("scrape the brokers' metrics");
             let mut previous_kernel = KernelReading::now();
             let mut next = started + Duration::from_secs(1);
             while !stopped.load(Ordering::Acquire) {
                 std::thread::sleep(next.saturating_duration_since(Instant::now()));
                 next += Duration::from_secs(1);
-                let now = scrape(&metrics_addresses, "Produce");
+                // A broker that does not answer in time (its shard 0 held,
+                // in one run by a writeback of 9 s) leaves its seconds to the
+                // next scrape, which then covers them all.
+                let Ok(now) = scrape(&metrics_addresses, "Produce") else {
+                    next = Instant::now() + Duration::from_secs(1);
+                    continue;
+                };
                 let second = now.since(&previous);
                 let total = second.phases.get("total").cloned().unwrap_or_default();
                 let kernel = KernelReading::now();
@@ -307,7 +315,8 @@ pub fn slowest_produces(
         let body = http_get(
             address,
             &format!("/slow_requests?since_ms={since_ms}&limit={limit}&api=Produce"),
-        );
+        )
+        .expect("list the slowest requests");
         let listing: serde_json::Value = serde_json::from_str(&body).expect("JSON");
         for request in listing["requests"].as_array().into_iter().flatten() {
             let total_ms = request["total_ms"].as_f64().unwrap_or(0.0);
@@ -404,6 +413,39 @@ ringbroker_shard_runqueue_wait_seconds_total{shard=\"1\"} 0.25
         assert_eq!(total.quantile_ms(0.5), 2.047);
         assert_eq!(total.quantile_ms(1.0), 10.239);
         assert_eq!(run.runqueue_wait_s, 1.0);
+    }
+
+    /// A scrape the endpoint does not answer (here: closed at once) is
+    /// skipped; the sampler goes on with the next.
+    #[test]
+    fn a_scrape_not_answered_is_left_to_the_next() {
+        use std::io::{BufRead, BufReader};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        std::thread::spawn(move || {
+            for (index, stream) in listener.incoming().enumerate() {
+                let mut stream = stream.unwrap();
+                // The first scrape is the sampler's start; the third fails.
+                if index == 2 {
+                    continue;
+                }
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut line = String::new();
+                while reader.read_line(&mut line).unwrap() > 2 {
+                    line.clear();
+                }
+                stream.write_all(b"HTTP/1.1 200 OK\r\n\r\n").unwrap();
+            }
+        });
+        let sampler = Sampler::start(vec![address]);
+        std::thread::sleep(Duration::from_millis(4_500));
+        let seconds = sampler.finish();
+        // Scrapes at 1, 3 and 4 s; the one at 2 s was not answered.
+        assert!(seconds.len() >= 2, "{} seconds", seconds.len());
+        assert!(
+            seconds.windows(2).any(|w| w[1].at_s - w[0].at_s > 1.5),
+            "{seconds:?}"
+        );
     }
 
     #[test]

@@ -269,6 +269,8 @@ struct RunCpu {
     clients: CpuSeconds,
 }
 
+const SCRAPED: &str = "scrape the brokers' metrics";
+
 /// Runs `work` with the broker's clocks around it: scrapes before and
 /// after, a sampler each second, the slowest requests afterwards.
 fn with_broker_clocks<T>(
@@ -280,8 +282,8 @@ fn with_broker_clocks<T>(
     let since_ms = broker_clocks::wall_clock_ms();
     let before = clocked.then(|| {
         (
-            broker_clocks::scrape(&metrics, "Produce"),
-            broker_clocks::scrape(&metrics, "Fetch"),
+            broker_clocks::scrape(&metrics, "Produce").expect(SCRAPED),
+            broker_clocks::scrape(&metrics, "Fetch").expect(SCRAPED),
         )
     });
     let sampler = Sampler::start(metrics.clone());
@@ -293,8 +295,12 @@ fn with_broker_clocks<T>(
     };
     let seconds = sampler.finish();
     let broker = before.map(|(produce, fetch)| BrokerSide {
-        phases: broker_clocks::scrape(&metrics, "Produce").since(&produce),
-        fetch_phases: broker_clocks::scrape(&metrics, "Fetch").since(&fetch),
+        phases: broker_clocks::scrape(&metrics, "Produce")
+            .expect(SCRAPED)
+            .since(&produce),
+        fetch_phases: broker_clocks::scrape(&metrics, "Fetch")
+            .expect(SCRAPED)
+            .since(&fetch),
         seconds,
         slowest: broker_clocks::slowest_produces(&metrics, since_ms, SLOWEST_LISTED),
     });
