@@ -4,10 +4,10 @@
 //! Why mimalloc: a request allocates some forty blocks, and its frame is tens
 //! of KiB, which in glibc's malloc consolidates its fast bins on every
 //! request. At 10% acks=all with librdkafka, mimalloc took the broker's user
-//! time from 2.87 to 2.60 CPU-s/GiB (medians of six and four runs). Built
-//! without transparent huge pages (`no_thp`): with them, its arenas took the
-//! idle broker's resident memory from 16 to 36 MiB, and a huge page's fault or
-//! compaction is a latency spike.
+//! time from 2.87 to 2.62 CPU-s/GiB (medians of eight and six alternated
+//! runs). Built without transparent huge pages (`no_thp`): with them, its
+//! arenas took the idle broker's resident memory from 16 to 36 MiB, and a
+//! huge page's fault or compaction is a latency spike.
 //!
 //! Why lazily: the protocol decoder reserves what a request's array lengths
 //! claim before reading the elements, so a 20-byte request claiming two billion
