@@ -37,10 +37,16 @@ pub fn wall_clock_ms() -> i64 {
         .as_millis() as i64
 }
 
-/// A GET of the broker's metrics endpoint; an error if it does not answer
-/// within `IO_TIMEOUT` (its shard 0 held) or closes without an answer.
+/// What a scrape that must succeed panics with.
+pub const SCRAPED: &str = "scrape the brokers' metrics";
+
+/// A GET of the broker's metrics endpoint; an error if connecting, sending
+/// or the answer takes longer than `IO_TIMEOUT` (its shard 0 held), or it
+/// closes without an answer.
 fn http_get(address: &str, path: &str) -> std::io::Result<String> {
-    let mut stream = TcpStream::connect(address)?;
+    let socket_address = address.parse().map_err(std::io::Error::other)?;
+    let mut stream = TcpStream::connect_timeout(&socket_address, IO_TIMEOUT)?;
+    stream.set_write_timeout(Some(IO_TIMEOUT))?;
     stream.set_read_timeout(Some(IO_TIMEOUT))?;
     write!(
         stream,
@@ -254,8 +260,7 @@ impl Sampler {
         let (stopped, sampled) = (stop.clone(), seconds.clone());
         let thread = std::thread::spawn(move || {
             let started = Instant::now();
-            let mut previous =
-                scrape(&metrics_addresses, "Produce").expect("scrape the brokers' metrics");
+            let mut previous = scrape(&metrics_addresses, "Produce").expect(SCRAPED);
             let mut previous_kernel = KernelReading::now();
             let mut next = started + Duration::from_secs(1);
             while !stopped.load(Ordering::Acquire) {

@@ -12,7 +12,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use bench::broker_clocks::{self, Sampler, Scrape, Second};
+use bench::broker_clocks::{self, Sampler, Scrape, Second, SCRAPED};
 use bench::brokers::{self, BrokerKind, BrokerSources, CpuSeconds, RunningBroker, DELETE_DELAY_MS};
 use bench::cluster::{self, Cluster};
 use bench::java_clients;
@@ -268,8 +268,6 @@ struct RunCpu {
     brokers: CpuSeconds,
     clients: CpuSeconds,
 }
-
-const SCRAPED: &str = "scrape the brokers' metrics";
 
 /// Runs `work` with the broker's clocks around it: scrapes before and
 /// after, a sampler each second, the slowest requests afterwards.
