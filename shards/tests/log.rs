@@ -720,6 +720,47 @@ fn appended_data_is_written_back_as_it_goes() {
     });
 }
 
+/// With `drop_behind_bytes`, what is written back is dropped from the page
+/// cache once that far behind the end (read back in later, it stays); the
+/// tail stays cached for the readers there.
+#[test]
+fn written_back_data_is_dropped_from_the_page_cache_behind_the_end() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let segment = segment_file_path(&dir.path().join("topic-0"), 0, LOG_FILE_SUFFIX);
+    const MIB: u64 = 1024 * 1024;
+    let config = LogConfig {
+        drop_behind_bytes: Some(8 * MIB),
+        ..LogConfig::default()
+    };
+    run(async {
+        let log = open_log(dir.path(), config, 0, false).await;
+        // 32 batches of almost 1 MiB, with a pause after each for the
+        // writeback job to take them about a chunk at a time, as under a load.
+        for i in 0..32 {
+            log.append_as_leader(batch(i * 16, 16, 60 * 1024, 5_000), 0, 5_000)
+                .await
+                .unwrap();
+            glommio::timer::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        // The last writeback started at 20 MiB or later (its chunks are 4 MiB
+        // and a batch), so everything 8 MiB before that is out of the cache.
+        let cached_pages = |position: u64, len: u64| {
+            let file = fs::File::open(&segment).unwrap();
+            page_cache_stat(&file, position, len).map(|stat| stat.cached_pages)
+        };
+        if cached_pages(0, MIB).is_none() {
+            return; // no cachestat on this kernel: nothing to observe
+        }
+        eventually("the first 12 MiB out of the page cache", || {
+            cached_pages(0, 12 * MIB) == Some(0)
+        })
+        .await;
+        assert_eq!(cached_pages(28 * MIB, 2 * MIB), Some(2 * MIB / 4096));
+        // Every record is still there, read back from the disk.
+        assert_eq!(read_all(&log).await.len(), 32 * 16);
+    });
+}
+
 #[test]
 fn preallocated_segments_keep_their_size_and_give_back_blocks_when_they_roll() {
     use std::os::unix::fs::MetadataExt;

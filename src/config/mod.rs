@@ -59,6 +59,7 @@ const BROKER_KEYS: &[&str] = &[
     "ringbroker.cores.slice.us",
     "ringbroker.shard.balance.interval.ms",
     "ringbroker.metrics.port",
+    "ringbroker.log.drop.behind.bytes",
     "zookeeper.connect",
     "zookeeper.session.timeout.ms",
     "zookeeper.connection.timeout.ms",
@@ -271,7 +272,9 @@ impl BrokerConfig {
 
     pub fn from_properties(properties: &BTreeMap<String, String>) -> Result<Self, ConfigError> {
         let get = |key: &str| properties.get(key).map(String::as_str);
-        let log_defaults = log_defaults(properties)?;
+        let mut log_defaults = log_defaults(properties)?;
+        log_defaults.drop_behind_bytes =
+            drop_behind_bytes(get("ringbroker.log.drop.behind.bytes"))?;
         let ignored: Vec<&str> = KRAFT_KEYS
             .iter()
             .copied()
@@ -591,6 +594,19 @@ fn log_defaults(properties: &BTreeMap<String, String>) -> Result<LogConfig, Conf
         })?;
     }
     Ok(log_defaults)
+}
+
+/// `ringbroker.log.drop.behind.bytes`: -1 (the default) or none leaves the
+/// page cache to the kernel.
+fn drop_behind_bytes(value: Option<&str>) -> Result<Option<u64>, ConfigError> {
+    const KEY: &str = "ringbroker.log.drop.behind.bytes";
+    match value.map_or(Ok(-1), |value| parse::<i64>(KEY, value))? {
+        -1 => Ok(None),
+        bytes if bytes >= 0 => Ok(Some(bytes as u64)),
+        bytes => Err(ConfigError(format!(
+            "invalid value {bytes} for {KEY}: must be -1 (the kernel evicts) or at least 0"
+        ))),
+    }
 }
 
 /// `zookeeper.session.timeout.ms` by default: how long a dead broker holds
@@ -915,6 +931,22 @@ mod tests {
         for bad in ["99", "100001"] {
             let error = error_of(&format!("ringbroker.cores.slice.us={bad}\n"));
             assert!(error.contains("between 100 and 100000"), "{error}");
+        }
+        assert_eq!(config.log_defaults.drop_behind_bytes, None);
+        let dropping = parse_properties("ringbroker.log.drop.behind.bytes=16777216\n");
+        assert_eq!(
+            BrokerConfig::from_properties(&dropping)
+                .unwrap()
+                .log_defaults
+                .drop_behind_bytes,
+            Some(16 << 20)
+        );
+        for bad in ["-2", "some"] {
+            let error = error_of(&format!("ringbroker.log.drop.behind.bytes={bad}\n"));
+            assert!(
+                error.contains("ringbroker.log.drop.behind.bytes"),
+                "{error}"
+            );
         }
         let bad = parse_properties("log.segment.bytes=lots\n");
         let error = BrokerConfig::from_properties(&bad).unwrap_err();

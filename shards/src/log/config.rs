@@ -60,6 +60,11 @@ pub struct LogConfig {
     /// `file.delete.delay.ms`: how long a deleted segment's files keep their
     /// blocks (`SegmentFile::hold_past_deletion`).
     pub file_delete_delay_ms: i64,
+    /// The broker's `ringbroker.log.drop.behind.bytes`, no topic key: how far
+    /// behind a segment's end its written-back pages stay in the page cache
+    /// before the writeback job drops them (`LogSegment::start_writeback`);
+    /// None leaves eviction to the kernel, as with Kafka.
+    pub drop_behind_bytes: Option<u64>,
 }
 
 impl Default for LogConfig {
@@ -93,6 +98,7 @@ impl Default for LogConfig {
             unclean_leader_election_enable: false,
             preallocate: false,
             file_delete_delay_ms: 60_000,
+            drop_behind_bytes: None,
         }
     }
 }

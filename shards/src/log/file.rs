@@ -366,13 +366,41 @@ impl FileRecords {
     /// the next append, stayed dirty until the kernel's own flusher (30 s).
     /// Blocking: for the blocking pool.
     pub fn start_writeback(&self) -> io::Result<()> {
+        self.sync_range(libc::SYNC_FILE_RANGE_WAIT_BEFORE | libc::SYNC_FILE_RANGE_WRITE)
+    }
+
+    /// Drops the range's pages from the page cache: written back first and
+    /// waited for (POSIX_FADV_DONTNEED leaves dirty pages and pages under
+    /// writeback in the cache). Blocking: for the blocking pool.
+    pub fn drop_from_page_cache(&self) -> io::Result<()> {
+        self.sync_range(
+            libc::SYNC_FILE_RANGE_WAIT_BEFORE
+                | libc::SYNC_FILE_RANGE_WRITE
+                | libc::SYNC_FILE_RANGE_WAIT_AFTER,
+        )?;
+        // SAFETY: a plain fadvise on a descriptor this value owns.
+        let error = unsafe {
+            libc::posix_fadvise(
+                self.fd.as_raw_fd(),
+                self.position as libc::off64_t,
+                self.size_bytes as libc::off64_t,
+                libc::POSIX_FADV_DONTNEED,
+            )
+        };
+        if error != 0 {
+            return Err(io::Error::from_raw_os_error(error));
+        }
+        Ok(())
+    }
+
+    fn sync_range(&self, flags: libc::c_uint) -> io::Result<()> {
         // SAFETY: a plain syscall on a descriptor this value owns.
         let status = unsafe {
             libc::sync_file_range(
                 self.fd.as_raw_fd(),
                 self.position as libc::off64_t,
                 self.size_bytes as libc::off64_t,
-                libc::SYNC_FILE_RANGE_WAIT_BEFORE | libc::SYNC_FILE_RANGE_WRITE,
+                flags,
             )
         };
         if status < 0 {

@@ -30,6 +30,9 @@ const HEADER_SCAN_CHUNK_BYTES: usize = 16 * 1024;
 const INDEX_WRITE_BATCH_ENTRIES: usize = 512;
 /// Appended bytes handed to writeback at a time.
 const WRITEBACK_CHUNK_BYTES: u64 = 4 * 1024 * 1024;
+/// The page cache's largest folio (a PMD's 2 MiB; ext4 caches a file in
+/// folios of up to that), each aligned to its size.
+const LARGEST_FOLIO_BYTES: u64 = 2 * 1024 * 1024;
 /// Bytes read at a time when validating whole batches during recovery.
 const RECOVERY_CHUNK_BYTES: usize = 1024 * 1024;
 
@@ -184,13 +187,18 @@ impl RecentBatches {
 }
 
 /// What of a segment's appended bytes was handed to the kernel's writeback
-/// (see `LogSegment::start_writeback`); one job at a time per segment.
+/// (see `LogSegment::start_writeback`), and dropped from the page cache
+/// behind it; one job at a time per segment.
 #[derive(Default)]
 struct Writeback {
     /// The segment's size as of the last append.
     appended_bytes: Cell<u64>,
     /// Where the writeback started so far ends.
     started_bytes: Cell<u64>,
+    /// `LogConfig::drop_behind_bytes`.
+    drop_behind_bytes: Option<u64>,
+    /// Where the pages dropped so far end.
+    dropped_bytes: Cell<u64>,
     running: Cell<bool>,
 }
 
@@ -211,16 +219,40 @@ impl Writeback {
         Some((from, to))
     }
 
-    /// Starts writeback of whole chunks until appends stop adding them.
+    /// What to drop from the page cache, `[from, to)`, when writeback of the
+    /// range starting at `writeback_from` starts: the pages more than
+    /// `drop_behind_bytes` behind it not dropped yet. Their writeback started
+    /// at least a chunk before, so dropping them rarely waits for the disk.
+    /// It starts a little before the last one ended: a folio of the page
+    /// cache that the last range ended inside was left there whole.
+    fn next_drop_range(&self, writeback_from: u64) -> Option<(u64, u64)> {
+        let behind = self.drop_behind_bytes?;
+        let to = writeback_from.saturating_sub(behind) / PAGE_SIZE_BYTES * PAGE_SIZE_BYTES;
+        let dropped = self.dropped_bytes.get();
+        (to > dropped).then_some((dropped / LARGEST_FOLIO_BYTES * LARGEST_FOLIO_BYTES, to))
+    }
+
+    /// Starts writeback of whole chunks until appends stop adding them, and
+    /// drops what is far enough behind: a broker whose page cache stays
+    /// bounded never has its appends reclaim pages in a full memory cgroup.
     async fn run(self: Rc<Self>, file: Rc<SegmentFile>) {
         while let Some((from, to)) = self.next_range() {
             let Ok(range) = file.file_records(from, (to - from) as usize) else {
                 break; // out of descriptors: the kernel's own writeback remains
             };
             self.started_bytes.set(to);
+            // Out of descriptors, the kernel's eviction remains.
+            let behind = self.next_drop_range(from).and_then(|(drop_from, drop_to)| {
+                let behind = file.file_records(drop_from, (drop_to - drop_from) as usize);
+                self.dropped_bytes.set(drop_to);
+                behind.ok()
+            });
             let started = Instant::now();
-            let _ = disk_bound(glommio::executor().spawn_blocking(move || range.start_writeback()))
-                .await;
+            let _ = disk_bound(glommio::executor().spawn_blocking(move || {
+                range.start_writeback()?;
+                behind.map_or(Ok(()), |behind| behind.drop_from_page_cache())
+            }))
+            .await;
             activity::record(ActivityKind::Writeback, started);
         }
         self.running.set(false);
@@ -415,7 +447,10 @@ impl LogSegment {
             rolling_based_timestamp: Cell::new(None),
             created_ms: now_ms,
             index_interval_bytes: config.index_interval_bytes,
-            writeback: Rc::default(),
+            writeback: Rc::new(Writeback {
+                drop_behind_bytes: config.drop_behind_bytes,
+                ..Writeback::default()
+            }),
             preallocated_bytes: Cell::new(0),
             recent_batches: RefCell::default(),
         }
@@ -975,6 +1010,9 @@ impl LogSegment {
         writeback
             .started_bytes
             .set(writeback.started_bytes.get().min(position));
+        writeback
+            .dropped_bytes
+            .set(writeback.dropped_bytes.get().min(position));
         // Recompute what the removed batches contributed.
         self.next_offset.set(self.base_offset);
         self.max_timestamp_so_far
@@ -1116,6 +1154,32 @@ mod tests {
             Some((
                 WRITEBACK_CHUNK_BYTES,
                 2 * WRITEBACK_CHUNK_BYTES + 3 * PAGE_SIZE_BYTES
+            ))
+        );
+    }
+
+    #[test]
+    fn pages_are_dropped_only_far_enough_behind_the_writeback() {
+        let kept = Writeback::default();
+        assert_eq!(kept.next_drop_range(100 * WRITEBACK_CHUNK_BYTES), None);
+        let behind = 3 * PAGE_SIZE_BYTES + 1;
+        let writeback = Writeback {
+            drop_behind_bytes: Some(behind),
+            ..Writeback::default()
+        };
+        assert_eq!(writeback.next_drop_range(behind), None);
+        // Whole pages, behind by at least `behind`.
+        let from = WRITEBACK_CHUNK_BYTES + 2 * PAGE_SIZE_BYTES;
+        let to = WRITEBACK_CHUNK_BYTES - 2 * PAGE_SIZE_BYTES;
+        assert_eq!(writeback.next_drop_range(from), Some((0, to)));
+        // The next drop starts at the folio the last one ended in.
+        writeback.dropped_bytes.set(to);
+        assert_eq!(writeback.next_drop_range(from), None);
+        assert_eq!(
+            writeback.next_drop_range(from + WRITEBACK_CHUNK_BYTES),
+            Some((
+                WRITEBACK_CHUNK_BYTES - LARGEST_FOLIO_BYTES,
+                to + WRITEBACK_CHUNK_BYTES
             ))
         );
     }
