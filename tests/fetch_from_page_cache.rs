@@ -154,6 +154,54 @@ fn every_fetch_version_returns_the_stored_batches() {
     assert!(got[1..].iter().all(Vec::is_empty));
 }
 
+/// With `ringbroker.log.drop.behind.bytes`, what producers wrote leaves the
+/// page cache once that far behind each log's end (the broker's setting
+/// reaches every topic's segments), and a fetch from the start reads it back
+/// from the disk, byte for byte.
+#[test]
+fn pages_dropped_behind_the_end_are_fetched_from_the_disk() {
+    const MIB: u64 = 1024 * 1024;
+    let broker = Broker::start(&["ringbroker.log.drop.behind.bytes=1048576"]);
+    let mut client = Client::connect(&broker.address());
+    let topic = "dropped";
+    let topic_id = create_topic(&mut client, topic);
+    // 12 MB a partition: writeback starts on a third 4 MiB chunk, and what
+    // lies 1 MiB behind the second one's start goes.
+    fill(&mut client, topic, &[1_000_000; 12]);
+    let segments: Vec<std::fs::File> = (0..PARTITIONS)
+        .map(|p| {
+            std::fs::File::open(
+                broker
+                    .data_dir()
+                    .join(format!("{topic}-{p}"))
+                    .join("00000000000000000000.log"),
+            )
+            .unwrap()
+        })
+        .collect();
+    let cached_pages = |file: &std::fs::File| {
+        shards::log::page_cache_stat(file, 0, 2 * MIB).map(|stat| stat.cached_pages)
+    };
+    if cached_pages(&segments[0]).is_some() {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while segments.iter().any(|file| cached_pages(file) != Some(0)) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "each segment's first 2 MiB still cached"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    } // else no cachestat on this kernel: nothing to observe
+    let response: FetchResponse = client
+        .call(
+            ApiKey::Fetch,
+            12,
+            &fetch_request(12, topic, topic_id, 64 << 20),
+        )
+        .unwrap();
+    assert_eq!(records(&response), stored(&broker, topic));
+}
+
 /// A response far larger than the socket buffers, to a consumer that reads
 /// nothing for a while: the rest of the shard's clients are served meanwhile
 /// (and a consumer hanging up mid-response costs only its connection), the
