@@ -56,18 +56,18 @@ fn fill(client: &mut Client, topic: &str, value_sizes: &[usize]) {
     }
 }
 
+/// A partition's first (and here only) segment file.
+fn first_segment(broker: &Broker, topic: &str, partition: i32) -> std::path::PathBuf {
+    broker
+        .data_dir()
+        .join(format!("{topic}-{partition}"))
+        .join("00000000000000000000.log")
+}
+
 /// What each partition's segment file holds: what a fetch from 0 must return.
 fn stored(broker: &Broker, topic: &str) -> Vec<Vec<u8>> {
     (0..PARTITIONS)
-        .map(|p| {
-            std::fs::read(
-                broker
-                    .data_dir()
-                    .join(format!("{topic}-{p}"))
-                    .join("00000000000000000000.log"),
-            )
-            .unwrap()
-        })
+        .map(|p| std::fs::read(first_segment(broker, topic, p)).unwrap())
         .collect()
 }
 
@@ -169,15 +169,7 @@ fn pages_dropped_behind_the_end_are_fetched_from_the_disk() {
     // lies 1 MiB behind the second one's start goes.
     fill(&mut client, topic, &[1_000_000; 12]);
     let segments: Vec<std::fs::File> = (0..PARTITIONS)
-        .map(|p| {
-            std::fs::File::open(
-                broker
-                    .data_dir()
-                    .join(format!("{topic}-{p}"))
-                    .join("00000000000000000000.log"),
-            )
-            .unwrap()
-        })
+        .map(|p| std::fs::File::open(first_segment(&broker, topic, p)).unwrap())
         .collect();
     let cached_pages = |file: &std::fs::File| {
         shards::log::page_cache_stat(file, 0, 2 * MIB).map(|stat| stat.cached_pages)

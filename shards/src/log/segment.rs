@@ -241,11 +241,11 @@ impl Writeback {
                 break; // out of descriptors: the kernel's own writeback remains
             };
             self.started_bytes.set(to);
-            // Out of descriptors, the kernel's eviction remains.
             let behind = self.next_drop_range(from).and_then(|(drop_from, drop_to)| {
-                let behind = file.file_records(drop_from, (drop_to - drop_from) as usize);
                 self.dropped_bytes.set(drop_to);
-                behind.ok()
+                // Out of descriptors, the kernel's eviction remains.
+                file.file_records(drop_from, (drop_to - drop_from) as usize)
+                    .ok()
             });
             let started = Instant::now();
             let _ = disk_bound(glommio::executor().spawn_blocking(move || {
