@@ -12,6 +12,7 @@
 //! is a lower bound.
 
 use std::io;
+use std::mem::MaybeUninit;
 use std::os::fd::RawFd;
 use std::time::{Duration, SystemTime};
 
@@ -26,7 +27,7 @@ pub fn enable(fd: RawFd) -> io::Result<()> {
 /// (WouldBlock when it has nothing), and how long ago the kernel received
 /// them: None without a timestamp, or with one ahead of the clock (the wall
 /// clock was set back since).
-pub fn recv(fd: RawFd, buf: &mut [u8]) -> io::Result<(usize, Option<Duration>)> {
+pub fn recv(fd: RawFd, buf: &mut [MaybeUninit<u8>]) -> io::Result<(usize, Option<Duration>)> {
     // Room for one control message holding a timespec, aligned as cmsghdr.
     let mut control = [0u64; 8];
     let mut iovec = libc::iovec {
@@ -81,6 +82,14 @@ mod tests {
 
     use super::*;
 
+    fn recv_into(fd: RawFd, buf: &mut [u8]) -> io::Result<(usize, Option<Duration>)> {
+        // SAFETY: initialised bytes are valid MaybeUninit ones, and recv
+        // writes only bytes.
+        recv(fd, unsafe {
+            &mut *(buf as *mut [u8] as *mut [MaybeUninit<u8>])
+        })
+    }
+
     /// Bytes left unread for 50 ms are read as having waited that long; with
     /// nothing to read, the read does not wait.
     #[test]
@@ -91,7 +100,7 @@ mod tests {
         enable(server.as_raw_fd()).unwrap();
         let mut buf = [0u8; 4];
         assert_eq!(
-            recv(server.as_raw_fd(), &mut buf).unwrap_err().kind(),
+            recv_into(server.as_raw_fd(), &mut buf).unwrap_err().kind(),
             io::ErrorKind::WouldBlock
         );
         // The kernel turns timestamping on a moment later: until a read
@@ -101,7 +110,7 @@ mod tests {
             let sent = Instant::now();
             client.write_all(b"size").unwrap();
             std::thread::sleep(Duration::from_millis(50));
-            let (read, waited) = recv(server.as_raw_fd(), &mut buf).unwrap();
+            let (read, waited) = recv_into(server.as_raw_fd(), &mut buf).unwrap();
             let held = sent.elapsed();
             assert_eq!((read, &buf), (4, b"size"));
             match waited {

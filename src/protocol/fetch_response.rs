@@ -46,6 +46,15 @@ pub enum FramePart {
     File(FileRecords),
 }
 
+impl FramePart {
+    pub fn size_bytes(&self) -> usize {
+        match self {
+            FramePart::Bytes(bytes) => bytes.len(),
+            FramePart::File(records) => records.size_bytes(),
+        }
+    }
+}
+
 /// The frame (size, response header, body) of `response` in version `version`,
 /// each partition's records taken from `records` in order (the partitions'
 /// own `records` must be unset). Records become parts of their own between
