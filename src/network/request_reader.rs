@@ -2,7 +2,7 @@
 //! the socket holds, up to a read-ahead, so requests a client pipelined come
 //! in with one recvmsg between them rather than a size and a body each (at
 //! 10% of Kafka's maximum, librdkafka's produce requests came three at a
-//! time, and the reads were a sixth of the broker's syscalls). A request
+//! time, and the reads were over 40% of the shard's syscalls). A request
 //! that fits in the read-ahead is copied out of it into a buffer of its own
 //! size: handlers keep slices of requests (a group member's metadata, say),
 //! and such a slice must hold its request alone, not a read-ahead. A larger
