@@ -612,7 +612,7 @@ impl PendingResponses {
         stream: &mut TcpStream,
         dispatcher: &D,
         connection: &ConnectionInfo,
-    ) -> io::Result<()> {
+    ) -> Result<(), ConnectionError> {
         if self.requests.is_empty() {
             return Ok(());
         }
@@ -620,12 +620,13 @@ impl PendingResponses {
         let sent = send_parts(stream, &self.frames).await;
         self.frames.clear();
         self.size_bytes = 0;
-        for (api_key, times, responded) in self.requests.drain(..) {
-            if sent.is_ok() {
+        let requests = self.requests.drain(..);
+        if sent.is_ok() {
+            for (api_key, times, responded) in requests {
                 dispatcher.request_answered(api_key, connection, &times, responded, send_started);
             }
         }
-        sent
+        sent.map_err(ConnectionError::Peer)
     }
 }
 
@@ -697,10 +698,7 @@ async fn serve_requests<D: Dispatcher>(
         let request = match reader.next_request(stream.as_raw_fd(), max_request_bytes) {
             Ok(Some(request)) => request,
             Ok(None) => {
-                pending
-                    .send(stream, dispatcher, connection)
-                    .await
-                    .map_err(ConnectionError::Peer)?;
+                pending.send(stream, dispatcher, connection).await?;
                 if reader.is_empty() {
                     if let Some(shard) = listener.connections.destination() {
                         return Ok(Some(shard));
@@ -735,10 +733,7 @@ async fn serve_requests<D: Dispatcher>(
         };
         let received = Instant::now();
         if pending.held_too_long(received, response_hold) {
-            pending
-                .send(stream, dispatcher, connection)
-                .await
-                .map_err(ConnectionError::Peer)?;
+            pending.send(stream, dispatcher, connection).await?;
         }
         let times = Rc::new(RequestTimes::new(received, request.socket_wait));
         let api_key = peek_api(&request.frame).map_or(-1, |(api_key, _)| api_key);
@@ -748,10 +743,7 @@ async fn serve_requests<D: Dispatcher>(
             match futures_lite::future::poll_once(dispatch.as_mut()).await {
                 Some(outcome) => outcome,
                 None => {
-                    pending
-                        .send(stream, dispatcher, connection)
-                        .await
-                        .map_err(ConnectionError::Peer)?;
+                    pending.send(stream, dispatcher, connection).await?;
                     dispatch.await
                 }
             }
@@ -773,10 +765,7 @@ async fn serve_requests<D: Dispatcher>(
             }
         }
         if pending.full() {
-            pending
-                .send(stream, dispatcher, connection)
-                .await
-                .map_err(ConnectionError::Peer)?;
+            pending.send(stream, dispatcher, connection).await?;
         }
     }
 }
@@ -791,7 +780,8 @@ mod tests {
     use crate::test_support::run_local;
 
     /// Answers each request with its own bytes; a request of `b"hold"` only
-    /// once `release` is set, one of `b"slow"` at once after 100 ms of work.
+    /// once `release` is set (or after 10 s, for a client that failed before
+    /// setting it), one of `b"slow"` at once after 100 ms of work.
     /// Keeps when each response's send started.
     struct Echo {
         release: Arc<AtomicBool>,
@@ -809,7 +799,8 @@ mod tests {
                 std::thread::sleep(Duration::from_millis(100));
             }
             if &frame[..] == b"hold" {
-                while !self.release.load(Ordering::SeqCst) {
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while !self.release.load(Ordering::SeqCst) && Instant::now() < deadline {
                     glommio::timer::sleep(Duration::from_millis(1)).await;
                 }
             }
@@ -859,8 +850,15 @@ mod tests {
         run_local(move || async move {
             let accepting = TcpListener::bind("127.0.0.1:0").unwrap();
             address_tx.send(accepting.local_addr().unwrap()).unwrap();
-            let stream = accepting.accept().await.unwrap();
-            written_rx.recv().unwrap();
+            let stream = futures_lite::future::or(async { accepting.accept().await.ok() }, async {
+                glommio::timer::sleep(Duration::from_secs(10)).await;
+                None
+            })
+            .await
+            .expect("the client connects within 10 s");
+            written_rx
+                .recv_timeout(Duration::from_secs(10))
+                .expect("the client writes its requests within 10 s");
             let send_started = Rc::new(RefCell::new(Vec::new()));
             let limits = ConnectionLimits {
                 max_request_bytes: 1 << 20,

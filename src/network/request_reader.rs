@@ -96,10 +96,8 @@ impl RequestReader {
     /// holds no memory.
     pub async fn wait_readable(&mut self, stream: &TcpStream) -> io::Result<()> {
         if self.is_empty() {
-            *self = Self {
-                low_water_raised: self.low_water_raised,
-                ..Self::default()
-            };
+            assert_eq!(self.start, 0, "an emptied buffer starts over");
+            self.buffer = Vec::new();
         }
         if let Some(rest) = self.rest_of_request().filter(|rest| *rest > 1) {
             set_receive_low_water(stream.as_raw_fd(), rest)?;
