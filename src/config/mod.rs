@@ -60,6 +60,7 @@ const BROKER_KEYS: &[&str] = &[
     "ringbroker.shard.balance.interval.ms",
     "ringbroker.metrics.port",
     "ringbroker.log.drop.behind.bytes",
+    "ringbroker.response.hold.us",
     "zookeeper.connect",
     "zookeeper.session.timeout.ms",
     "zookeeper.connection.timeout.ms",
@@ -161,9 +162,23 @@ pub struct BrokerConfig {
     /// looks where partitions' requests arrive and how busy shards are; 0
     /// never moves a partition off the shard it was placed on.
     pub shard_balance_interval_ms: u64,
+    /// `ringbroker.response.hold.us`: how long a response complete at once
+    /// may wait, while the client's next pipelined requests are taken up,
+    /// to leave with theirs in one send (`network::PendingResponses`); 0
+    /// sends each response as soon as it is complete.
+    pub response_hold_us: u64,
     pub log_defaults: LogConfig,
     pub log_manager: LogManagerConfig,
 }
+
+/// `ringbroker.response.hold.us`' default. Long enough for a client's
+/// pipelined requests to be answered together (librdkafka's three 26 KB
+/// produces at 10% are appended in about 0.2 ms); past it, a response waits
+/// behind the work of one more request at most, however long an append
+/// stalls. Against 0, with librdkafka at `linger.ms=0` (2 runs each): 11-14%
+/// less CPU per GiB at 10% and 50% of Kafka's maximum, for 0.03-0.13 ms more
+/// at the acknowledgement's p50 and 1-4 ms more at its p99.9 at 50%.
+const DEFAULT_RESPONSE_HOLD_US: u64 = 1_000;
 
 /// `ringbroker.shard.balance.interval.ms`' default: a partition follows its
 /// requests within seconds of a change in load, and a round costs a hop to
@@ -542,6 +557,7 @@ impl BrokerConfig {
                 "ringbroker.shard.balance.interval.ms",
                 DEFAULT_SHARD_BALANCE_INTERVAL_MS,
             )?,
+            response_hold_us: number("ringbroker.response.hold.us", DEFAULT_RESPONSE_HOLD_US)?,
             log_defaults,
             log_manager,
         })
@@ -932,6 +948,17 @@ mod tests {
             let error = error_of(&format!("ringbroker.cores.slice.us={bad}\n"));
             assert!(error.contains("between 100 and 100000"), "{error}");
         }
+        assert_eq!(config.response_hold_us, DEFAULT_RESPONSE_HOLD_US);
+        let at_once = parse_properties("ringbroker.response.hold.us=0\n");
+        assert_eq!(
+            BrokerConfig::from_properties(&at_once)
+                .unwrap()
+                .response_hold_us,
+            0
+        );
+        assert!(
+            error_of("ringbroker.response.hold.us=-1\n").contains("ringbroker.response.hold.us")
+        );
         assert_eq!(config.log_defaults.drop_behind_bytes, None);
         let dropping = parse_properties("ringbroker.log.drop.behind.bytes=16777216\n");
         assert_eq!(

@@ -91,7 +91,7 @@ pub struct ConnectionLimits {
     /// `connections.max.idle.ms`
     pub idle_timeout: Duration,
     /// How long a response waits at most before the next request is taken
-    /// up (`PendingResponses`): `RESPONSE_HOLD` outside tests.
+    /// up (`PendingResponses`): `ringbroker.response.hold.us`.
     pub response_hold: Duration,
 }
 
@@ -570,13 +570,6 @@ struct PendingResponses {
 /// `max.in.flight` is 5 per connection by default, the Java client's 5).
 const MAX_PENDING_RESPONSES: usize = 16;
 const MAX_PENDING_RESPONSE_BYTES: usize = 64 * 1024;
-/// How long a response waits at most before the next request is taken up.
-/// Long enough for a client's pipelined requests to be answered together
-/// (librdkafka's three 26 KB produces at 10% are appended in about 0.2 ms;
-/// at 0 the broker's CPU per GiB was not lower than before); past it, a
-/// response waits behind the work of one more request at most, however long
-/// an append stalls.
-pub const RESPONSE_HOLD: Duration = Duration::from_millis(1);
 
 impl PendingResponses {
     fn push(

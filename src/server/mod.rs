@@ -40,7 +40,6 @@ use crate::metadata::zookeeper::enter_control_thread;
 use crate::metrics;
 use crate::network::{
     accept_loop, probe_listeners, ConnectionLimits, Listener, ListenerSockets, ShardConnections,
-    RESPONSE_HOLD,
 };
 
 /// How often a stopping shard looks whether its connections are closed.
@@ -314,7 +313,7 @@ pub fn start(config: BrokerConfig) -> Result<RunningBroker, Box<dyn std::error::
                 let limits = ConnectionLimits {
                     max_request_bytes: config.socket_request_max_bytes,
                     idle_timeout: Duration::from_millis(config.connections_max_idle_ms),
-                    response_hold: RESPONSE_HOLD,
+                    response_hold: Duration::from_micros(config.response_hold_us),
                 };
                 // A dispatcher per listener, each with its listener's table:
                 // the controller's requests only on the inter-broker one.
