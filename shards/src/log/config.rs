@@ -62,8 +62,9 @@ pub struct LogConfig {
     pub file_delete_delay_ms: i64,
     /// The broker's `ringbroker.log.drop.behind.bytes`, no topic key: how far
     /// behind a segment's end its written-back pages stay in the page cache
-    /// before the writeback job drops them (`LogSegment::start_writeback`);
-    /// None leaves eviction to the kernel, as with Kafka.
+    /// before the writeback job drops them (`LogSegment::start_writeback`),
+    /// in a memory cgroup with a limit only once it is half full
+    /// (`memory_cgroup.rs`); None leaves eviction to the kernel, as with Kafka.
     pub drop_behind_bytes: Option<u64>,
 }
 

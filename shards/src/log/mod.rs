@@ -14,6 +14,7 @@ mod leader_epoch;
 mod log;
 mod log_dirs;
 mod log_manager;
+mod memory_cgroup;
 mod producer_state;
 pub mod record_batch;
 mod segment;

@@ -19,6 +19,7 @@ use super::file_names::{
     INDEX_FILE_SUFFIX, LOG_FILE_SUFFIX, PREPARED_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX,
 };
 use super::index::{IndexHandoff, OffsetIndex, OffsetPosition, TimeIndex, TimestampOffset};
+use super::memory_cgroup::drop_behind_due;
 use super::record_batch::{
     validate_batch, BatchIter, RecordBatchHeader, NO_TIMESTAMP, RECORD_BATCH_OVERHEAD,
 };
@@ -188,7 +189,8 @@ impl RecentBatches {
 
 /// What of a segment's appended bytes was handed to the kernel's writeback
 /// (see `LogSegment::start_writeback`), and dropped from the page cache
-/// behind it; one job at a time per segment.
+/// behind it (when due: `memory_cgroup::drop_behind_due`); one job at a time
+/// per segment.
 #[derive(Default)]
 struct Writeback {
     /// The segment's size as of the last append.
@@ -242,17 +244,27 @@ impl Writeback {
             };
             self.started_bytes.set(to);
             let behind = self.next_drop_range(from).and_then(|(drop_from, drop_to)| {
-                self.dropped_bytes.set(drop_to);
                 // Out of descriptors, the kernel's eviction remains.
                 file.file_records(drop_from, (drop_to - drop_from) as usize)
                     .ok()
+                    .map(|records| (drop_to, records))
             });
             let started = Instant::now();
-            let _ = disk_bound(glommio::executor().spawn_blocking(move || {
+            let dropped = disk_bound(glommio::executor().spawn_blocking(move || {
                 range.start_writeback()?;
-                behind.map_or(Ok(()), |behind| behind.drop_from_page_cache())
+                match behind {
+                    Some((drop_to, behind)) if drop_behind_due() => {
+                        behind.drop_from_page_cache()?;
+                        Ok(Some(drop_to))
+                    }
+                    _ => io::Result::Ok(None),
+                }
             }))
             .await;
+            // Not due yet, or failed: the next job's range starts here again.
+            if let Ok(Some(drop_to)) = dropped {
+                self.dropped_bytes.set(drop_to);
+            }
             activity::record(ActivityKind::Writeback, started);
         }
         self.running.set(false);
