@@ -14,6 +14,8 @@
 
 use std::path::{Path, PathBuf};
 
+use shards::runtime::memory_cgroup::MemoryCgroup as Cgroup;
+
 pub struct MemoryCgroup {
     path: PathBuf,
     parent_procs: PathBuf,
@@ -26,38 +28,18 @@ impl MemoryCgroup {
     /// is born there. Panics where that is not allowed: the caller asked.
     pub fn enter(limit_bytes: u64) -> MemoryCgroup {
         let own = std::fs::read_to_string("/proc/self/cgroup").expect("read /proc/self/cgroup");
-        // v1: "4:memory:/path"; v2 (the unified hierarchy): "0::/path".
-        let v1 = own.lines().find_map(|line| {
-            let mut fields = line.splitn(3, ':');
-            let (_, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
-            controllers
-                .split(',')
-                .any(|c| c == "memory")
-                .then(|| path.to_owned())
-        });
-        let (parent, limit_file) = match v1 {
-            Some(path) => (
-                cgroup_dir("/sys/fs/cgroup/memory", &path),
-                "memory.limit_in_bytes",
-            ),
-            None => {
-                let path = own
-                    .lines()
-                    .find_map(|line| line.strip_prefix("0::"))
-                    .expect("a memory cgroup (v1) or the unified hierarchy (v2)");
-                (cgroup_dir("/sys/fs/cgroup", path), "memory.max")
-            }
-        };
-        let path = parent.join(format!("tail-latency-{}", std::process::id()));
-        std::fs::create_dir(&path)
-            .unwrap_or_else(|e| panic!("create the memory cgroup {}: {e}", path.display()));
+        let own = Cgroup::named(&own, Path::new("/sys/fs/cgroup"))
+            .expect("a memory cgroup (v1) or the unified hierarchy (v2)");
+        let child = own.child(&format!("tail-latency-{}", std::process::id()));
+        std::fs::create_dir(child.dir())
+            .unwrap_or_else(|e| panic!("create the memory cgroup {}: {e}", child.dir().display()));
         // Made first, so a refused write below removes the cgroup as it unwinds.
         let cgroup = MemoryCgroup {
-            path,
-            parent_procs: parent.join("cgroup.procs"),
+            path: child.dir().to_owned(),
+            parent_procs: own.dir().join("cgroup.procs"),
             limit_bytes,
         };
-        write(&cgroup.path.join(limit_file), &limit_bytes.to_string());
+        write(&child.limit_file(), &limit_bytes.to_string());
         write(
             &cgroup.path.join("cgroup.procs"),
             &std::process::id().to_string(),
@@ -77,10 +59,6 @@ impl Drop for MemoryCgroup {
             eprintln!("leave the memory cgroup {}: {error}", self.path.display());
         }
     }
-}
-
-fn cgroup_dir(root: &str, path: &str) -> PathBuf {
-    Path::new(root).join(path.trim_start_matches('/'))
 }
 
 fn write(file: &Path, value: &str) {

@@ -14,7 +14,6 @@ mod leader_epoch;
 mod log;
 mod log_dirs;
 mod log_manager;
-mod memory_cgroup;
 mod producer_state;
 pub mod record_batch;
 mod segment;

@@ -4,6 +4,7 @@
 
 pub mod activity;
 pub mod iovecs;
+pub mod memory_cgroup;
 mod mesh;
 mod placement;
 mod scheduler_slice;
