@@ -64,7 +64,8 @@ pub struct LogConfig {
     /// behind a segment's end its written-back pages stay in the page cache
     /// before the writeback job drops them (`LogSegment::start_writeback`),
     /// in a memory cgroup with a limit only once it is half full
-    /// (`memory_cgroup.rs`); None leaves eviction to the kernel, as with Kafka.
+    /// (`segment.rs`' `drop_behind_due`); None leaves eviction to the kernel, as
+    /// with Kafka.
     pub drop_behind_bytes: Option<u64>,
 }
 
