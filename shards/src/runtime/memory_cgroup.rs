@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 const UNLIMITED_BYTES: u64 = 1 << 62;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum CgroupVersion {
+enum CgroupVersion {
     V1,
     V2,
 }
@@ -75,10 +75,6 @@ impl MemoryCgroup {
         &self.dir
     }
 
-    pub fn version(&self) -> CgroupVersion {
-        self.version
-    }
-
     /// The file that holds (and sets) its limit.
     pub fn limit_file(&self) -> PathBuf {
         self.dir.join(match self.version {
@@ -126,7 +122,7 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let v1 = MemoryCgroup::named("5:cpu:/\n4:memory:/broker\n0::/\n", root.path()).unwrap();
         assert_eq!(v1.dir(), root.path().join("memory/broker"));
-        assert_eq!(v1.version(), CgroupVersion::V1);
+        assert_eq!(v1.limit_file(), v1.dir().join("memory.limit_in_bytes"));
         assert!(v1.usage_and_limit().is_err(), "no files yet");
         write(&v1.dir().join("memory.usage_in_bytes"), "600\n");
         write(&v1.limit_file(), "1000\n");
