@@ -60,12 +60,22 @@ pub fn fetch_kafka_jars(jars: &str) -> String {
     String::from_utf8(fetch.stdout).unwrap().trim().to_owned()
 }
 
+/// A port nothing listens on, never one this process handed out before: the
+/// kernel may give bind(0) a port again before the broker told it has bound
+/// it (two brokers of one cluster were once given the same metrics port).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    static HANDED_OUT: std::sync::Mutex<BTreeSet<u16>> = std::sync::Mutex::new(BTreeSet::new());
+    for _ in 0..1_000 {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if HANDED_OUT.lock().unwrap().insert(port) {
+            return port;
+        }
+    }
+    panic!("no port not handed out before in 1000 tries");
 }
 
 /// A broker process on a free port with its own data directory.
