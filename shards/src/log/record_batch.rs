@@ -189,16 +189,51 @@ pub fn compute_crc(batch: &[u8]) -> u32 {
 }
 
 fn crc32c(bytes: &[u8]) -> u32 {
-    crc_fast::checksum(CrcAlgorithm::Crc32Iscsi, bytes) as u32
+    crc32c_of_parts(&[bytes])
 }
 
 /// The CRC-32C of `parts` one after another, without joining them.
 fn crc32c_of_parts(parts: &[&[u8]]) -> u32 {
-    let mut digest = Digest::new(CrcAlgorithm::Crc32Iscsi);
-    for part in parts {
-        digest.update(part);
+    Crc32c::for_this_cpu().of_parts(parts)
+}
+
+/// The two CRC-32C implementations, each the faster one on some CPUs.
+#[derive(Clone, Copy, Debug)]
+enum Crc32c {
+    /// `crc-fast`: folds 512 bits at a time with AVX-512's VPCLMULQDQ (2.4x
+    /// the `crc32c` crate where it has them), but without AVX-512 falls back
+    /// to 128-bit folds that are slower than the crate.
+    Folding,
+    /// The `crc32c` crate: three interleaved SSE4.2 `crc32` streams, 1.2-1.9x
+    /// `crc-fast` on an AVX2-only EPYC (1 KiB to 180 KiB).
+    Interleaved,
+}
+
+impl Crc32c {
+    fn for_this_cpu() -> Self {
+        #[cfg(target_arch = "x86_64")]
+        if !(std::arch::is_x86_feature_detected!("avx512vl")
+            && std::arch::is_x86_feature_detected!("vpclmulqdq"))
+        {
+            return Self::Interleaved;
+        }
+        Self::Folding
     }
-    digest.finalize() as u32
+
+    fn of_parts(self, parts: &[&[u8]]) -> u32 {
+        match self {
+            Self::Folding => {
+                let mut digest = Digest::new(CrcAlgorithm::Crc32Iscsi);
+                for part in parts {
+                    digest.update(part);
+                }
+                digest.finalize() as u32
+            }
+            Self::Interleaved => parts
+                .iter()
+                .fold(0, |crc, part| crc32c::crc32c_append(crc, part)),
+        }
+    }
 }
 
 /// Validates a stored batch (exactly one): framing and CRC, and for
@@ -708,15 +743,23 @@ mod tests {
 
     #[test]
     fn crc32c_is_castagnolis_and_continues_at_any_split() {
-        // The CRC-32C check value (RFC 3720's polynomial, the catalogue's "123456789").
-        assert_eq!(crc32c(b"123456789"), 0xe306_9283);
-        // Past the widest SIMD block, with a tail, split anywhere.
-        let bytes: Vec<u8> = (0..5_000u32).map(|i| (i * 131 + 17) as u8).collect();
-        let whole = crc32c(&bytes);
-        for split in [0, 1, 61, 255, 256, 2_048, 4_999, 5_000] {
-            let (first, second) = bytes.split_at(split);
-            assert_eq!(crc32c_of_parts(&[first, second]), whole, "split at {split}");
+        // Both implementations, whichever this CPU picks.
+        for implementation in [Crc32c::Folding, Crc32c::Interleaved] {
+            // The CRC-32C check value (RFC 3720's polynomial, the catalogue's "123456789").
+            assert_eq!(implementation.of_parts(&[b"123456789"]), 0xe306_9283);
+            // Past the widest SIMD block, with a tail, split anywhere.
+            let bytes: Vec<u8> = (0..5_000u32).map(|i| (i * 131 + 17) as u8).collect();
+            let whole = implementation.of_parts(&[&bytes]);
+            for split in [0, 1, 61, 255, 256, 2_048, 4_999, 5_000] {
+                let (first, second) = bytes.split_at(split);
+                assert_eq!(
+                    implementation.of_parts(&[first, second]),
+                    whole,
+                    "{implementation:?} split at {split}"
+                );
+            }
         }
+        assert_eq!(crc32c(b"123456789"), 0xe306_9283);
     }
 
     #[test]
