@@ -6,7 +6,9 @@
 //! that fits in the read-ahead is copied out of it into a buffer of its own
 //! size: handlers keep slices of requests (a group member's metadata, say),
 //! and such a slice must hold its request alone, not a read-ahead. A larger
-//! request is read in place into a buffer of its size, never zeroed.
+//! request is read in place into a buffer of its size, never zeroed: from its
+//! first byte when the wait for it saw its size field, otherwise after a copy
+//! of what the read-ahead took of it.
 
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
@@ -53,6 +55,13 @@ pub struct RequestReader {
     last_read_arrived: Option<Instant>,
     /// SO_RCVLOWAT is set to the rest of a large request.
     low_water_raised: bool,
+    /// The size field of the next request, as the wait for it saw it
+    /// (`wait_readable`), until the read that takes it.
+    peeked_size: Option<i32>,
+    /// The last read took less than it had room for, so the socket held no
+    /// more: the next read waits first, rather than find nothing (a
+    /// recvmsg per request at low load).
+    socket_drained: bool,
 }
 
 impl RequestReader {
@@ -62,7 +71,8 @@ impl RequestReader {
     }
 
     /// The next request, if the buffer and the socket hold all of it; None
-    /// when more has to come first (`wait_readable`). Does not wait.
+    /// when more has to come first, or the socket was empty when last read
+    /// (`wait_readable`). Does not wait.
     pub fn next_request(
         &mut self,
         fd: RawFd,
@@ -80,7 +90,10 @@ impl RequestReader {
             if let Some(request) = self.split_request(fd, max_request_bytes)? {
                 return Ok(Some(request));
             }
-            match self.read(fd) {
+            if self.socket_drained {
+                return Ok(None);
+            }
+            match self.read(fd, max_request_bytes) {
                 Ok(()) => {}
                 Err(error) if error.kind() == io::ErrorKind::WouldBlock => return Ok(None),
                 Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
@@ -103,11 +116,24 @@ impl RequestReader {
             set_receive_low_water(stream.as_raw_fd(), rest)?;
             self.low_water_raised = true;
         }
-        // glommio has no other wait: a peek leaves the byte for the read,
-        // and its timestamp with it.
-        match stream.peek(&mut [0u8; 1]).await? {
+        // glommio has no other wait: a peek leaves the bytes for the read,
+        // and their timestamp with them. Between requests it takes the next
+        // one's size field, when that much has come.
+        let mut head = [0u8; SIZE_FIELD_BYTES];
+        match stream.peek(&mut head).await? {
             0 => Err(io::ErrorKind::UnexpectedEof.into()),
-            _ => Ok(()),
+            peeked => {
+                self.peeked(&head[..peeked]);
+                Ok(())
+            }
+        }
+    }
+
+    /// What a wait's peek saw of the socket's first bytes.
+    fn peeked(&mut self, head: &[u8]) {
+        self.socket_drained = false;
+        if let (Ok(size_field), true) = (head.try_into(), self.is_empty()) {
+            self.peeked_size = Some(i32::from_be_bytes(size_field));
         }
     }
 
@@ -168,12 +194,24 @@ impl RequestReader {
 
     /// One read of what the socket holds, into the buffer's room: a
     /// read-ahead's worth, or the whole of a larger request under way.
-    fn read(&mut self, fd: RawFd) -> io::Result<()> {
+    fn read(&mut self, fd: RawFd, max_request_bytes: usize) -> io::Result<()> {
+        let peeked_request_bytes = self
+            .peeked_size
+            .take()
+            .and_then(|size| usize::try_from(size).ok())
+            .filter(|size| *size <= max_request_bytes && self.is_empty())
+            .map(|size| SIZE_FIELD_BYTES + size);
         let rest = self.rest_of_request();
         let request_bytes = rest.map(|rest| self.unread().len() + rest);
         let room = self.buffer.capacity() - self.buffer.len();
-        match request_bytes {
-            Some(bytes)
+        match (request_bytes, peeked_request_bytes) {
+            // A large request not yet begun: read into its own buffer from
+            // the start, nothing of the next request with it.
+            (None, Some(bytes)) if bytes > READ_AHEAD_BYTES => {
+                assert_eq!(self.start, 0, "an emptied buffer starts over");
+                self.buffer = Vec::with_capacity(bytes);
+            }
+            (Some(bytes), _)
                 if bytes > READ_AHEAD_BYTES && self.buffer.capacity() - self.start < bytes =>
             {
                 let mut own = Vec::with_capacity(bytes);
@@ -190,10 +228,12 @@ impl RequestReader {
             _ => {}
         }
         let was_empty = self.is_empty();
+        let asked_bytes = self.buffer.capacity() - self.buffer.len();
         let (read, waited) = receive_timestamp::recv(fd, self.buffer.spare_capacity_mut())?;
         if read == 0 {
             return Err(io::ErrorKind::UnexpectedEof.into());
         }
+        self.socket_drained = read < asked_bytes;
         // SAFETY: the kernel initialised `read` more bytes of the spare room.
         unsafe { self.buffer.set_len(self.buffer.len() + read) };
         self.last_read_arrived = waited.and_then(|waited| Instant::now().checked_sub(waited));
@@ -227,15 +267,21 @@ mod tests {
         (client, server)
     }
 
-    /// The next request, polling the socket for up to 5 s.
+    /// The next request, for up to 5 s, waiting as `wait_readable` does
+    /// but by polling a peek.
     fn next(reader: &mut RequestReader, server: &TcpStream) -> Result<Request, ReadError> {
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
             if let Some(request) = reader.next_request(server.as_raw_fd(), MAX_REQUEST_BYTES)? {
                 return Ok(request);
             }
-            assert!(Instant::now() < deadline, "no request in 5 s");
-            std::thread::sleep(Duration::from_millis(1));
+            let mut head = [0u8; SIZE_FIELD_BYTES];
+            while server.peek(&mut head).map_or(true, |peeked| peeked == 0) {
+                assert!(Instant::now() < deadline, "no request in 5 s");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let peeked = server.peek(&mut head).expect("peeked before");
+            reader.peeked(&head[..peeked]);
         }
     }
 
@@ -276,6 +322,73 @@ mod tests {
         }
         assert!(reader.is_empty());
         drop(writer.join().unwrap());
+    }
+
+    /// A large request whose size field the wait saw is read alone into a
+    /// buffer of its size, and the request behind it after it.
+    #[test]
+    fn a_large_request_seen_by_the_wait_is_read_alone_into_its_own_buffer() {
+        let large: Vec<u8> = (0..3 * READ_AHEAD_BYTES).map(|at| at as u8).collect();
+        let (mut client, server) = connected();
+        client
+            .write_all(&[framed(&large), framed(b"next")].concat())
+            .unwrap();
+        let mut head = [0u8; SIZE_FIELD_BYTES];
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while server.peek(&mut head).unwrap_or(0) < SIZE_FIELD_BYTES {
+            assert!(Instant::now() < deadline, "no size field");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let mut reader = RequestReader::default();
+        reader.peeked(&head);
+        let fd = server.as_raw_fd();
+        reader.read(fd, MAX_REQUEST_BYTES).unwrap();
+        let request_bytes = SIZE_FIELD_BYTES + large.len();
+        assert_eq!(reader.buffer.capacity(), request_bytes, "its own buffer");
+        let request = next(&mut reader, &server).ok().expect("the large request");
+        assert!(request.frame == large[..]);
+        let request = next(&mut reader, &server).ok().expect("the next request");
+        assert_eq!(&request.frame[..], b"next");
+        // A size outside the bound seen by the wait is refused by the read.
+        let (mut client, server) = connected();
+        let size = MAX_REQUEST_BYTES as i32 + 1;
+        client.write_all(&size.to_be_bytes()).unwrap();
+        let mut reader = RequestReader::default();
+        reader.peeked(&size.to_be_bytes());
+        assert!(matches!(
+            next(&mut reader, &server),
+            Err(ReadError::Size(refused)) if refused == size
+        ));
+    }
+
+    /// A read that emptied the socket is not followed by another before a
+    /// wait: what came meanwhile is read after the wait's peek.
+    #[test]
+    fn a_drained_socket_is_read_again_only_after_a_wait() {
+        let (mut client, server) = connected();
+        client.write_all(&framed(b"first")).unwrap();
+        let mut reader = RequestReader::default();
+        assert_eq!(
+            &next(&mut reader, &server).ok().expect("first").frame[..],
+            b"first"
+        );
+        client.write_all(&framed(b"second")).unwrap();
+        let mut head = [0u8; SIZE_FIELD_BYTES];
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while server.peek(&mut head).unwrap_or(0) < SIZE_FIELD_BYTES {
+            assert!(Instant::now() < deadline, "no size field");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let fd = server.as_raw_fd();
+        assert!(matches!(
+            reader.next_request(fd, MAX_REQUEST_BYTES),
+            Ok(None)
+        ));
+        reader.peeked(&head);
+        match reader.next_request(fd, MAX_REQUEST_BYTES) {
+            Ok(Some(request)) => assert_eq!(&request.frame[..], b"second"),
+            _ => panic!("the second request after the wait"),
+        }
     }
 
     /// A size below 0 or above `socket.request.max.bytes` ends the reading.
