@@ -285,6 +285,18 @@ mod tests {
         }
     }
 
+    /// The size field at the head of the server's socket, once it has come
+    /// (up to 5 s).
+    fn size_field_in(server: &TcpStream) -> [u8; SIZE_FIELD_BYTES] {
+        let mut head = [0u8; SIZE_FIELD_BYTES];
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while server.peek(&mut head).unwrap_or(0) < SIZE_FIELD_BYTES {
+            assert!(Instant::now() < deadline, "no size field");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        head
+    }
+
     /// Requests cut anywhere, their size fields too, smaller and larger than
     /// a read-ahead, come whole and in order.
     #[test]
@@ -333,12 +345,7 @@ mod tests {
         client
             .write_all(&[framed(&large), framed(b"next")].concat())
             .unwrap();
-        let mut head = [0u8; SIZE_FIELD_BYTES];
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while server.peek(&mut head).unwrap_or(0) < SIZE_FIELD_BYTES {
-            assert!(Instant::now() < deadline, "no size field");
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        let head = size_field_in(&server);
         let mut reader = RequestReader::default();
         reader.peeked(&head);
         let fd = server.as_raw_fd();
@@ -373,12 +380,7 @@ mod tests {
             b"first"
         );
         client.write_all(&framed(b"second")).unwrap();
-        let mut head = [0u8; SIZE_FIELD_BYTES];
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while server.peek(&mut head).unwrap_or(0) < SIZE_FIELD_BYTES {
-            assert!(Instant::now() < deadline, "no size field");
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        let head = size_field_in(&server);
         let fd = server.as_raw_fd();
         assert!(matches!(
             reader.next_request(fd, MAX_REQUEST_BYTES),
