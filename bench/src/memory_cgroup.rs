@@ -27,9 +27,7 @@ impl MemoryCgroup {
     /// `limit_bytes` and moves this process into it; what it starts later
     /// is born there. Panics where that is not allowed: the caller asked.
     pub fn enter(limit_bytes: u64) -> MemoryCgroup {
-        let own = std::fs::read_to_string("/proc/self/cgroup").expect("read /proc/self/cgroup");
-        let own = Cgroup::named(&own, Path::new("/sys/fs/cgroup"))
-            .expect("a memory cgroup (v1) or the unified hierarchy (v2)");
+        let own = Cgroup::current().expect("a memory cgroup (v1) or the unified hierarchy (v2)");
         let child = own.child(&format!("tail-latency-{}", std::process::id()));
         std::fs::create_dir(child.dir())
             .unwrap_or_else(|e| panic!("create the memory cgroup {}: {e}", child.dir().display()));

@@ -276,11 +276,15 @@ mod tests {
                 return Ok(request);
             }
             let mut head = [0u8; SIZE_FIELD_BYTES];
-            while server.peek(&mut head).map_or(true, |peeked| peeked == 0) {
-                assert!(Instant::now() < deadline, "no request in 5 s");
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            let peeked = server.peek(&mut head).expect("peeked before");
+            let peeked = loop {
+                match server.peek(&mut head) {
+                    Ok(peeked) if peeked > 0 => break peeked,
+                    _ => {
+                        assert!(Instant::now() < deadline, "no request in 5 s");
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                }
+            };
             reader.peeked(&head[..peeked]);
         }
     }

@@ -29,11 +29,17 @@ impl MemoryCgroup {
         static FOUND: OnceLock<Option<MemoryCgroup>> = OnceLock::new();
         FOUND
             .get_or_init(|| {
-                let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-                let cgroup = Self::named(&own, Path::new("/sys/fs/cgroup"))?;
+                let cgroup = Self::current()?;
                 cgroup.usage_and_limit().ok().map(|_| cgroup)
             })
             .as_ref()
+    }
+
+    /// The memory cgroup /proc/self/cgroup names, under /sys/fs/cgroup, its
+    /// files not read yet.
+    pub fn current() -> Option<MemoryCgroup> {
+        let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+        Self::named(&own, Path::new("/sys/fs/cgroup"))
     }
 
     /// The memory cgroup `proc_self_cgroup` (/proc/self/cgroup's text) names,
