@@ -124,12 +124,17 @@ impl Timers {
     fn process_timers(&mut self) -> (Option<Duration>, usize) {
         let now = Instant::now();
 
-        // Split timers into ready and pending timers.
-        let pending = self.timers.split_off(&(now, 0));
-        let ready = mem::replace(&mut self.timers, pending);
-        let woke = ready.len();
-        for (_, waker) in ready {
+        // Wake the timers due before now, earliest first. Popping them
+        // allocates nothing: splitting the map did, on every pass of the
+        // executor's loop, due timers or not (ringbroker's patch).
+        let mut woke = 0;
+        while let Some(entry) = self.timers.first_entry() {
+            if entry.key().0 >= now {
+                break;
+            }
+            let waker = entry.remove();
             wake!(waker);
+            woke += 1;
         }
 
         // Calculate the duration until the next event.
