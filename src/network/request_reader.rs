@@ -199,8 +199,12 @@ impl RequestReader {
             .peeked_size
             .take()
             .and_then(|size| usize::try_from(size).ok())
-            .filter(|size| *size <= max_request_bytes && self.is_empty())
+            .filter(|size| *size <= max_request_bytes)
             .map(|size| SIZE_FIELD_BYTES + size);
+        assert!(
+            peeked_request_bytes.is_none() || self.is_empty(),
+            "a size is peeked between requests, and taken by the next read"
+        );
         let rest = self.rest_of_request();
         let request_bytes = rest.map(|rest| self.unread().len() + rest);
         let room = self.buffer.capacity() - self.buffer.len();
@@ -267,6 +271,24 @@ mod tests {
         (client, server)
     }
 
+    /// The first bytes in the server's socket, once at least `at_least`
+    /// have come (until `deadline`), and how many of them there are.
+    fn peek_head(
+        server: &TcpStream,
+        at_least: usize,
+        deadline: Instant,
+    ) -> ([u8; SIZE_FIELD_BYTES], usize) {
+        let mut head = [0u8; SIZE_FIELD_BYTES];
+        loop {
+            let peeked = server.peek(&mut head).unwrap_or(0);
+            if peeked >= at_least {
+                return (head, peeked);
+            }
+            assert!(Instant::now() < deadline, "nothing came in time");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     /// The next request, for up to 5 s, waiting as `wait_readable` does
     /// but by polling a peek.
     fn next(reader: &mut RequestReader, server: &TcpStream) -> Result<Request, ReadError> {
@@ -275,16 +297,8 @@ mod tests {
             if let Some(request) = reader.next_request(server.as_raw_fd(), MAX_REQUEST_BYTES)? {
                 return Ok(request);
             }
-            let mut head = [0u8; SIZE_FIELD_BYTES];
-            let peeked = loop {
-                match server.peek(&mut head) {
-                    Ok(peeked) if peeked > 0 => break peeked,
-                    _ => {
-                        assert!(Instant::now() < deadline, "no request in 5 s");
-                        std::thread::sleep(Duration::from_millis(1));
-                    }
-                }
-            };
+            assert!(Instant::now() < deadline, "no request in 5 s");
+            let (head, peeked) = peek_head(server, 1, deadline);
             reader.peeked(&head[..peeked]);
         }
     }
@@ -292,13 +306,12 @@ mod tests {
     /// The size field at the head of the server's socket, once it has come
     /// (up to 5 s).
     fn size_field_in(server: &TcpStream) -> [u8; SIZE_FIELD_BYTES] {
-        let mut head = [0u8; SIZE_FIELD_BYTES];
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while server.peek(&mut head).unwrap_or(0) < SIZE_FIELD_BYTES {
-            assert!(Instant::now() < deadline, "no size field");
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        head
+        peek_head(
+            server,
+            SIZE_FIELD_BYTES,
+            Instant::now() + Duration::from_secs(5),
+        )
+        .0
     }
 
     /// Requests cut anywhere, their size fields too, smaller and larger than
@@ -360,12 +373,18 @@ mod tests {
         assert!(request.frame == large[..]);
         let request = next(&mut reader, &server).ok().expect("the next request");
         assert_eq!(&request.frame[..], b"next");
-        // A size outside the bound seen by the wait is refused by the read.
+        // A size outside the bound seen by the wait gets no buffer of its
+        // size, and is refused by the read.
         let (mut client, server) = connected();
         let size = MAX_REQUEST_BYTES as i32 + 1;
         client.write_all(&size.to_be_bytes()).unwrap();
         let mut reader = RequestReader::default();
-        reader.peeked(&size.to_be_bytes());
+        reader.peeked(&size_field_in(&server));
+        reader.read(server.as_raw_fd(), MAX_REQUEST_BYTES).unwrap();
+        assert!(
+            reader.buffer.capacity() <= READ_AHEAD_BYTES,
+            "the read-ahead"
+        );
         assert!(matches!(
             next(&mut reader, &server),
             Err(ReadError::Size(refused)) if refused == size
